@@ -1,21 +1,28 @@
-"""Where things live: the embedded default folder, the host-local cache and the MongoDB URI.
+"""Where things live: the embedded default folder, the host-local cache, the MongoDB URI and the scheduler.
 
-Precedence everywhere: an explicit argument (a command-line flag), then the environment variable.
+Precedence everywhere: an explicit argument (a command-line flag), then the environment variable
+(`TLSEARCH_MONGO_URI`, `TLSEARCH_SCHEDULER`, `TLSEARCH_HOME`, `TLSEARCH_CACHE_DIR`), then the config file
+(`$TLSEARCH_CONFIG`, else `./tlsearch.toml`, else `<user config dir>/tlsearch/config.toml`; keys `mongo`,
+`scheduler`, `home`, `cache_dir`), then the default.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import tomllib
 from pathlib import Path
 
 import platformdirs
+
+from tlsearch.errors import TLSearchError
 
 DEFAULT_DATABASE = "tlsearch"
 
 
 def home(path: str | os.PathLike | None = None) -> Path:
-    """The embedded default's folder: `path`, else `$TLSEARCH_HOME`, else `./.tlsearch`."""
-    return Path(path or os.environ.get("TLSEARCH_HOME") or ".tlsearch").expanduser().absolute()
+    """The embedded default's folder (default `./.tlsearch`)."""
+    return Path(_setting(path, "TLSEARCH_HOME", "home") or ".tlsearch").expanduser().absolute()
 
 
 def journal_path(root: str | os.PathLike | None = None) -> Path:
@@ -24,11 +31,35 @@ def journal_path(root: str | os.PathLike | None = None) -> Path:
 
 
 def cache_dir(path: str | os.PathLike | None = None) -> Path:
-    """This host's dataset cache: `path`, else `$TLSEARCH_CACHE_DIR`, else the user's cache directory."""
+    """This host's dataset cache (default: the user's cache directory)."""
     default = Path(platformdirs.user_cache_dir("tlsearch")) / "datasets"
-    return Path(path or os.environ.get("TLSEARCH_CACHE_DIR") or default).expanduser().absolute()
+    return Path(_setting(path, "TLSEARCH_CACHE_DIR", "cache_dir") or default).expanduser().absolute()
 
 
 def mongo_uri(uri: str | None = None) -> str | None:
-    """The MongoDB URI to use: `uri`, else `$TLSEARCH_MONGO_URI`, else None (the embedded default)."""
-    return uri or os.environ.get("TLSEARCH_MONGO_URI") or None
+    """The MongoDB URI to use, or None for the embedded default."""
+    return _setting(uri, "TLSEARCH_MONGO_URI", "mongo")
+
+
+def scheduler(address: str | None = None) -> str | None:
+    """The Dask scheduler to use, or None for a local cluster."""
+    return _setting(address, "TLSEARCH_SCHEDULER", "scheduler")
+
+
+def _setting(explicit, env: str, key: str):
+    if explicit:
+        return explicit
+    return os.environ.get(env) or _file_settings().get(key) or None
+
+
+@functools.cache
+def _file_settings() -> dict:
+    candidates = [os.environ.get("TLSEARCH_CONFIG"), "tlsearch.toml",
+                  Path(platformdirs.user_config_dir("tlsearch")) / "config.toml"]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            try:
+                return tomllib.loads(Path(candidate).read_text())
+            except (tomllib.TOMLDecodeError, OSError) as error:
+                raise TLSearchError(f"cannot read config file {candidate}: {error}") from None
+    return {}

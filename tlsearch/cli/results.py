@@ -1,0 +1,163 @@
+"""`tlsearch status`, `best`, `trials`, `report`, `dashboard` and `copy`: look at studies in the store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from tlsearch.errors import TLSearchError
+
+
+def register(subparsers, parent) -> None:
+    status = subparsers.add_parser(
+        "status", parents=[parent], help="studies and their progress",
+        description="All studies in the store, or one: trials complete / pruned / failed / running, best value, "
+                    "dataset, started, last activity.",
+        epilog="example: tlsearch status digits-mlp --json")
+    status.add_argument("name", metavar="NAME", nargs="?")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=_status)
+
+    best = subparsers.add_parser(
+        "best", parents=[parent], help="the best trial of a study",
+        description="The best trial of study NAME: params, mean ± std CV score and per-fold scores.",
+        epilog="example: tlsearch best digits-mlp")
+    best.add_argument("name", metavar="NAME")
+    best.add_argument("--json", action="store_true", help="machine-readable output")
+    best.set_defaults(func=_best)
+
+    trials = subparsers.add_parser(
+        "trials", parents=[parent], help="the trials of a study, with per-fold scores",
+        description="The trials of study NAME with their values, cv_results_-style per-fold scores and params.",
+        epilog="example: tlsearch trials digits-mlp --state complete --format csv > trials.csv")
+    trials.add_argument("name", metavar="NAME")
+    trials.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    trials.add_argument("--state", action="append", type=str.upper,
+                        choices=[s.name for s in TrialState], metavar="STATE",
+                        help="only trials in this state (complete, pruned, fail, running, waiting); repeatable")
+    trials.set_defaults(func=_trials)
+
+    report = subparsers.add_parser(
+        "report", parents=[parent], help="write the HTML report of a study",
+        description="Write a self-contained HTML report (opens offline) with PNGs of its figures.",
+        epilog="example: tlsearch report digits-mlp -o report.html")
+    report.add_argument("name", metavar="NAME")
+    report.add_argument("-o", "--output", default=None, help="HTML file to write (default: HOME/reports/NAME.html)")
+    report.set_defaults(func=_report)
+
+    dashboard = subparsers.add_parser(
+        "dashboard", parents=[parent], help="serve optuna-dashboard on the study store",
+        description="Serve optuna-dashboard on the study store (MongoDB or the local journal).",
+        epilog="example: tlsearch dashboard --port 8080")
+    dashboard.add_argument("name", metavar="NAME", nargs="?", help="accepted for symmetry; the dashboard lists every study")
+    dashboard.add_argument("--host", default="127.0.0.1")
+    dashboard.add_argument("--port", type=int, default=8080)
+    dashboard.set_defaults(func=_dashboard)
+
+    copy = subparsers.add_parser(
+        "copy", parents=[parent], help="copy a study between stores (e.g. local → MongoDB)",
+        description="Copy study NAME from the store selected by --mongo/--home to the MongoDB at --to "
+                    "(optuna.copy_study underneath; the fold plan and dataset references come along).",
+        epilog="example: tlsearch copy digits-mlp --to mongodb://db.example:27017")
+    copy.add_argument("name", metavar="NAME")
+    copy.add_argument("--to", metavar="URI", required=True, help="MongoDB URI to copy the study into")
+    copy.add_argument("--to-database", default=None, help="database there (default: --database)")
+    copy.add_argument("--to-name", default=None, help="study name there (default: NAME)")
+    copy.set_defaults(func=_copy)
+
+
+def _stores(args):
+    from tlsearch.stores import Stores
+
+    return Stores.resolve(args.mongo, args.database, args.home)
+
+
+def _load(args) -> optuna.Study:
+    from tlsearch import runner
+
+    return runner.load(_stores(args), args.name)
+
+
+def _status(args) -> int:
+    from tlsearch import results
+
+    stores = _stores(args)
+    storage = stores.study_storage()
+    summaries = optuna.get_all_study_summaries(storage, include_best_trial=True)
+    if args.name:
+        summaries = [s for s in summaries if s.study_name == args.name]
+        if not summaries:
+            raise TLSearchError(f"no study named {args.name!r} in {stores.describe()}")
+    rows = [results.study_status(s, optuna.load_study(study_name=s.study_name, storage=storage)) for s in summaries]
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+    elif not rows:
+        print(f"no studies in {stores.describe()}")
+    else:
+        print(results.format_rows(rows))
+    return 0
+
+
+def _best(args) -> int:
+    from tlsearch import results
+
+    study = _load(args)
+    if args.json:
+        best = [results.trial_row(t) for t in _best_trials(study)]
+        print(results.format_rows(best, "json"))
+    else:
+        print(results.best_summary(study))
+    return 0
+
+
+def _best_trials(study: optuna.Study):
+    try:
+        return study.best_trials
+    except ValueError:
+        return []
+
+
+def _trials(args) -> int:
+    from tlsearch import results
+
+    states = tuple(TrialState[s] for s in args.state) if args.state else None
+    print(results.format_rows(results.trial_rows(_load(args), states), args.format))
+    return 0
+
+
+def _report(args) -> int:
+    from tlsearch.report import write_report
+
+    study = _load(args)
+    path = Path(args.output) if args.output else args.home / "reports" / f"{args.name}.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"report: {write_report(study, path)}")
+    return 0
+
+
+def _dashboard(args) -> int:
+    try:
+        import optuna_dashboard
+    except ImportError:
+        raise TLSearchError("optuna-dashboard is not installed: pip install 'tlsearch[dashboard]'") from None
+    stores = _stores(args)
+    print(f"optuna-dashboard on {stores.describe()}: http://{args.host}:{args.port}/  (Ctrl-C to stop)")
+    optuna_dashboard.run_server(stores.study_storage(), host=args.host, port=args.port,
+                                artifact_store=stores.artifact_store())
+    return 0
+
+
+def _copy(args) -> int:
+    from tlsearch.stores import Stores
+
+    source = _stores(args)
+    target = Stores.resolve(args.to, args.to_database or args.database, args.home)
+    to_name = args.to_name or args.name
+    _load(args)  # a clear error when the study is missing
+    optuna.copy_study(from_study_name=args.name, from_storage=source.study_storage(),
+                      to_storage=target.study_storage(), to_study_name=to_name)
+    print(f"copied study {args.name!r} from {source.describe()} to {target.describe()} as {to_name!r}")
+    return 0

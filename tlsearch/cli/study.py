@@ -1,0 +1,107 @@
+"""`tlsearch run`, `tlsearch resume` and `tlsearch stop`: drive a study."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tlsearch import config
+from tlsearch.errors import TLSearchError
+
+
+def register(subparsers, parent) -> None:
+    run = subparsers.add_parser(
+        "run", parents=[parent, _driver_options()], help="run a study file to its target",
+        description="Run the study defined in STUDY_FILE (a Python file with a `study = tlsearch.StudySpec(...)`) "
+                    "until --n-trials trials are complete or pruned in total, then print the best trial and "
+                    "write the report. Running an existing study again continues it.",
+        epilog="example: tlsearch run studies/digits_mlp.py --n-trials 20 --workers 2")
+    run.add_argument("study_file", metavar="STUDY_FILE", help="path of the study file")
+    run.add_argument("--name", help="study name (default: the name in the study file)")
+    run.set_defaults(func=_run)
+
+    resume = subparsers.add_parser(
+        "resume", parents=[parent, _driver_options()], help="continue a study from the store",
+        description="Continue study NAME from the study store, with the study file it was run with "
+                    "(or --study-file), after checking that its dataset and fold plan are unchanged.",
+        epilog="example: tlsearch resume digits-mlp --n-trials 40")
+    resume.add_argument("name", metavar="NAME")
+    resume.add_argument("--study-file", help="study file to use instead of the one the store recorded")
+    resume.set_defaults(func=_resume)
+
+    stop = subparsers.add_parser(
+        "stop", parents=[parent], help="ask running drivers to finish",
+        description="Ask every driver running study NAME to finish its running trials and start no new ones.",
+        epilog="example: tlsearch stop digits-mlp")
+    stop.add_argument("name", metavar="NAME")
+    stop.set_defaults(func=_stop)
+
+
+def _driver_options() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", metavar="ADDR",
+                       help="address of an existing Dask scheduler, e.g. tcp://10.0.0.5:8786 "
+                            "(default: $TLSEARCH_SCHEDULER, else a local cluster)")
+    where.add_argument("--workers", type=int, metavar="N", help="worker processes of the local cluster (default: one per core)")
+    parser.add_argument("--parallelism", type=int, metavar="N", help="trials in flight (default: the cluster's capacity)")
+    parser.add_argument("--n-trials", type=int, metavar="N", help="complete + pruned trials to reach, counting earlier ones")
+    parser.add_argument("--timeout", type=float, metavar="S", help="stop starting trials after S seconds")
+    parser.add_argument("--progress", choices=("auto", "bar", "log", "off"), default="auto",
+                        help="live bar, one line per trial, or nothing (default: bar on a terminal)")
+    parser.add_argument("--report", metavar="PATH", help="where to write the HTML report (default: HOME/reports/NAME.html)")
+    parser.add_argument("--no-report", action="store_true", help="do not write the report")
+    return parser
+
+
+def _run(args) -> int:
+    from tlsearch.study import load_study_file
+
+    spec = load_study_file(args.study_file)
+    return _drive(args, spec, args.name or spec.name, args.study_file, resume=False)
+
+
+def _resume(args) -> int:
+    from tlsearch import runner
+    from tlsearch.study import load_study_file
+
+    study_file = args.study_file
+    if study_file is None:
+        study = runner.load(_stores(args), args.name)
+        study_file = study.system_attrs.get(runner.ATTR_STUDY_FILE)
+        if study_file is None:
+            raise TLSearchError(f"the store has no study file for {args.name!r}: pass --study-file")
+        if not Path(study_file).is_file():
+            raise TLSearchError(f"the study file {study_file} recorded for {args.name!r} is gone: pass --study-file")
+    return _drive(args, load_study_file(study_file), args.name, study_file, resume=True)
+
+
+def _drive(args, spec, name: str, study_file, resume: bool) -> int:
+    from tlsearch import results, runner
+
+    stores = _stores(args)
+    study = runner.run(spec, stores=stores, scheduler=config.scheduler(args.scheduler), n_workers=args.workers,
+                       parallelism=args.parallelism, n_trials=args.n_trials, timeout=args.timeout, name=name,
+                       study_file=study_file, progress=args.progress, resume=resume)
+    print(results.best_summary(study))
+    if not args.no_report:
+        from tlsearch.report import write_report
+
+        path = Path(args.report) if args.report else stores.home / "reports" / f"{name}.html"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        print(f"report: {write_report(study, path)}")
+    return 0
+
+
+def _stop(args) -> int:
+    from tlsearch import runner
+
+    runner.request_stop(_stores(args), args.name)
+    print(f"asked the drivers of {args.name!r} to stop; running trials will finish")
+    return 0
+
+
+def _stores(args):
+    from tlsearch.stores import Stores
+
+    return Stores.resolve(args.mongo, args.database, args.home)

@@ -1,0 +1,311 @@
+"""The driver: runs a study to its target on a Dask cluster, one task per trial, and resumes it later.
+
+The driver owns each trial's lifecycle: it creates the trial (`study.ask`), sends it to a worker,
+keeps its heartbeat while the task runs, and tells the result. A task whose worker died is a known
+trial: the driver fails it and queues a retry with the same parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+import distributed
+import filelock
+import optuna
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.trial import TrialState
+
+from tlsearch import cluster
+from tlsearch.errors import TLSearchError
+from tlsearch.progress import Progress
+from tlsearch.stores import Stores
+from tlsearch.trial_task import TrialJob, TrialOutcome, run_trial, trial_seed
+
+log = logging.getLogger(__name__)
+
+# System attributes the driver keeps on each study (readable in the store; `tlsearch status` shows them).
+ATTR_DATASET_REF = "tlsearch:dataset_ref"
+ATTR_DATASET_HASH = "tlsearch:dataset_hash"
+ATTR_FOLD_PLAN = "tlsearch:fold_plan_hash"
+ATTR_STUDY_FILE = "tlsearch:study_file"
+ATTR_STOP = "tlsearch:stop_requested"
+
+_DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+class StudyBusyError(TLSearchError):
+    """Another driver on this host runs the same local study."""
+
+
+def run(spec, *, stores: Stores | None = None, client: distributed.Client | None = None,
+        scheduler: str | None = None, n_workers: int | None = None, parallelism: int | None = None,
+        n_trials: int | None = None, timeout: float | None = None, name: str | None = None,
+        study_file: str | os.PathLike | None = None, progress: str = "auto",
+        resume: bool = False) -> optuna.Study:
+    """Run the study `spec` until `n_trials` trials are complete or pruned in total (counting those
+    already in the store), `timeout` seconds pass, or `tlsearch stop` asks it to; return the study.
+
+    `resume=True` requires the study to exist. Trials a dead driver left RUNNING are failed and
+    retried first. Ctrl-C stops starting trials and waits for running ones; a second Ctrl-C fails them.
+    """
+    from tlsearch import spaces
+
+    stores = stores or Stores.resolve()
+    name = name or spec.name
+    n_trials = n_trials if n_trials is not None else spec.n_trials
+    timeout = timeout if timeout is not None else spec.timeout
+    if n_trials is None and timeout is None:
+        raise TLSearchError("give the study a budget: n_trials and/or timeout")
+    spaces.check_space(spec.space, name)
+
+    with _driver_lock(stores, name):
+        study, dataset_ref = _open_study(spec, stores, name, study_file, resume)
+        _fail_abandoned_trials(study, spec)
+        with cluster.connect(scheduler, n_workers, client) as dask_client:
+            cluster.check_stores_reachable(dask_client, stores)
+            dispatcher = _Dispatcher(study, spec, stores, dataset_ref, dask_client,
+                                     parallelism, n_trials, timeout, progress)
+            dispatcher.run()
+    return study
+
+
+def request_stop(stores: Stores, name: str) -> None:
+    """Ask every driver of study `name` to finish its running trials and start no new ones."""
+    study = load(stores, name)
+    study._storage.set_study_system_attr(study._study_id, ATTR_STOP, True)
+
+
+def load(stores: Stores, name: str) -> optuna.Study:
+    """The study `name` from the study store, as a plain `optuna.Study`."""
+    try:
+        return optuna.load_study(study_name=name, storage=stores.study_storage())
+    except KeyError:
+        raise TLSearchError(f"no study named {name!r} in {stores.describe()}") from None
+
+
+def _open_study(spec, stores: Stores, name: str, study_file, resume: bool) -> tuple[optuna.Study, str]:
+    """Create or load the study, and bind it to its dataset and fold plan (computed once, then checked)."""
+    from tlsearch.data import HostCache, ensure_dataset, fold_plan_for
+
+    storage = stores.study_storage()
+    directions = list(spec.directions)
+    if resume:
+        study = load(stores, name)
+    else:
+        study = optuna.create_study(storage=storage, study_name=name, directions=directions,
+                                    load_if_exists=True)
+    if [d.name.lower() for d in study.directions] != [str(d).lower() for d in directions]:
+        raise TLSearchError(f"study {name!r} optimizes {[d.name.lower() for d in study.directions]}, "
+                            f"but the study file says {directions}; use another --name")
+    store = stores.dataset_store()
+    info = ensure_dataset(store, spec.dataset)
+    dataset_ref = f"{info.name}@{info.version}"
+    attrs = study.system_attrs
+    if ATTR_FOLD_PLAN not in attrs:
+        dataset = HostCache().open(store, dataset_ref)
+        plan = fold_plan_for(store, dataset, spec.cv)
+        for key, value in ((ATTR_DATASET_REF, dataset_ref), (ATTR_DATASET_HASH, info.hash),
+                           (ATTR_FOLD_PLAN, plan.hash)):
+            storage.set_study_system_attr(study._study_id, key, value)
+    else:
+        if attrs[ATTR_DATASET_HASH] != info.hash:
+            raise TLSearchError(
+                f"study {name!r} was run on dataset {attrs[ATTR_DATASET_REF]} "
+                f"(sha256 {attrs[ATTR_DATASET_HASH][:12]}), but {spec.dataset!r} is now {dataset_ref} "
+                f"(sha256 {info.hash[:12]}): name the original version in the study file "
+                f"(dataset={attrs[ATTR_DATASET_REF]!r}) or start a new study with --name")
+        store.get_fold_plan(attrs[ATTR_FOLD_PLAN]).check_matches(info, spec.cv)
+        dataset_ref = attrs[ATTR_DATASET_REF]
+    if study_file is not None:
+        storage.set_study_system_attr(study._study_id, ATTR_STUDY_FILE, str(Path(study_file).resolve()))
+    storage.set_study_system_attr(study._study_id, ATTR_STOP, False)
+    return study, dataset_ref
+
+
+@contextlib.contextmanager
+def _driver_lock(stores: Stores, name: str):
+    """On the embedded default, one driver per study: then every RUNNING trial at start is abandoned.
+    (MongoDB studies may have several drivers; heartbeats tell which trials are abandoned.)"""
+    if not stores.is_local:
+        yield
+        return
+    path = stores.home / "locks" / f"{name.replace('/', '_')}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(path)
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        raise StudyBusyError(f"study {name!r} is already running in another process on this host") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _fail_abandoned_trials(study: optuna.Study, spec) -> None:
+    """Fail trials left RUNNING by a driver that died, and queue their retries."""
+    storage = study._storage
+    if _heartbeat_interval(storage):
+        abandoned = storage._get_stale_trial_ids(study._study_id)
+    else:  # the embedded default: we hold the study's lock, so nothing else is running it
+        abandoned = [t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    for trial_id in abandoned:
+        _fail_and_retry(study, trial_id, {"error_type": "DriverLost",
+                                          "error_message": "the driver running this trial stopped"}, spec.retries)
+
+
+def _fail_and_retry(study: optuna.Study, trial_id: int, error: dict, retries: int) -> None:
+    storage = study._storage
+    for key, value in error.items():
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            storage.set_trial_user_attr(trial_id, key, value)
+    try:
+        if not storage.set_trial_state_values(trial_id, TrialState.FAIL):
+            return
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return  # someone else finished or failed it first
+    RetryHeartbeatStaleTrialCallback(max_retry=retries)(study, storage.get_trial(trial_id))
+
+
+class _Dispatcher:
+    """Keeps up to `parallelism` trials in flight until the budget is spent."""
+
+    def __init__(self, study, spec, stores, dataset_ref, client, parallelism, n_trials, timeout, progress):
+        self.study, self.spec, self.stores, self.client = study, spec, stores, client
+        self.dataset_ref = dataset_ref
+        attrs = study.system_attrs
+        self.dataset_hash, self.fold_plan_hash = attrs[ATTR_DATASET_HASH], attrs[ATTR_FOLD_PLAN]
+        self.n_trials, self.timeout = n_trials, timeout
+        self.parallelism = parallelism or max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
+        self.running: dict[distributed.Future, tuple[int, int]] = {}  # future -> (trial_id, number)
+        self.resources = cluster.trial_resources(client)
+        self.stopping = False
+        self.failed_in_a_row = 0
+        self.last_error = ""
+        self.progress = Progress(n_trials, self._count_done(), progress)
+        self._heartbeat_stop = threading.Event()
+
+    def run(self) -> None:
+        client = self.client
+        client.register_plugin(cluster.DatasetPrefetch(self.stores, self.dataset_ref))
+        self.spec_future = client.scatter(self.spec, broadcast=True, hash=False)
+        link = cluster.dashboard_link(client)
+        self.progress.note(f"study {self.study.study_name!r} in {self.stores.describe()}; "
+                           f"{self.parallelism} trials at a time" + (f"; Dask dashboard: {link}" if link else ""))
+        heartbeat = threading.Thread(target=self._heartbeat, name="tlsearch-heartbeat", daemon=True)
+        heartbeat.start()
+        started = time.monotonic()
+        interrupted = False
+        try:
+            while True:
+                try:
+                    if not self.stopping:
+                        self._check_stop(started)
+                    while not self.stopping and len(self.running) < self.parallelism and self._wants_more():
+                        self._submit()
+                    if not self.running:
+                        break
+                    done, _ = distributed.wait(list(self.running), timeout=1.0, return_when="FIRST_COMPLETED")
+                    for future in done:
+                        self._finish(future)
+                    self.progress.update(len(self.running), self._best())
+                except distributed.TimeoutError:
+                    continue
+                except KeyboardInterrupt:
+                    if interrupted:
+                        self._abandon_running("interrupted (Ctrl-C)")
+                        break
+                    interrupted = self.stopping = True
+                    self.progress.note(f"stopping: waiting for {len(self.running)} running trial(s); "
+                                       "Ctrl-C again to fail them now")
+        finally:
+            self._heartbeat_stop.set()
+            if self.running:
+                self._abandon_running("the driver stopped")
+            self.progress.close()
+
+    def _wants_more(self) -> bool:
+        if self.n_trials is None:
+            return True
+        return self._count_done() + len(self.running) < self.n_trials
+
+    def _count_done(self) -> int:
+        return len(self.study.get_trials(deepcopy=False, states=_DONE))
+
+    def _check_stop(self, started: float) -> None:
+        if self.timeout is not None and time.monotonic() - started >= self.timeout:
+            self.stopping = True
+            self.progress.note(f"timeout of {self.timeout:g} s reached: finishing running trials")
+        elif self.study.system_attrs.get(ATTR_STOP):
+            self.stopping = True
+            self.progress.note("stop requested: finishing running trials")
+        elif self.failed_in_a_row >= max(10, 2 * self.parallelism):
+            self.stopping = True
+            self.progress.note(f"stopping: {self.failed_in_a_row} trials failed in a row; last: {self.last_error}")
+
+    def _submit(self) -> None:
+        trial = self.study.ask()
+        job = TrialJob(self.stores, self.study.study_name, trial._trial_id, trial.number, self.dataset_ref,
+                       self.dataset_hash, self.fold_plan_hash,
+                       trial_seed(self.spec.seed, self.study.study_name, trial.number))
+        future = self.client.submit(run_trial, job, self.spec_future, key=f"trial-{self.study.study_name}-{trial.number}-{trial._trial_id}",
+                                    pure=False, resources=self.resources)
+        self.running[future] = (trial._trial_id, trial.number)
+        self._beat(trial._trial_id)
+
+    def _finish(self, future: distributed.Future) -> None:
+        trial_id, number = self.running.pop(future)
+        try:
+            outcome: TrialOutcome = future.result()
+        except Exception as error:  # the task itself was lost: worker died, cancelled, unpicklable result
+            outcome = TrialOutcome(TrialState.FAIL, error={"error_type": "WorkerLost",
+                                                           "error_message": f"{type(error).__name__}: {error}"},
+                                   retryable=True)
+        if outcome.state == TrialState.FAIL:
+            self.failed_in_a_row += 1
+            self.last_error = f"{outcome.error.get('error_type')}: {outcome.error.get('error_message')}"
+            _fail_and_retry(self.study, trial_id, outcome.error, self.spec.retries if outcome.retryable else 0)
+            self.progress.finished(number, TrialState.FAIL, None, self.last_error)
+            return
+        self.failed_in_a_row = 0
+        self.study.tell(number, outcome.values, state=outcome.state, skip_if_finished=True)
+        value = outcome.values[0] if outcome.values else None
+        self.progress.finished(number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}")
+
+    def _abandon_running(self, reason: str) -> None:
+        for future, (trial_id, number) in list(self.running.items()):
+            future.cancel()
+            _fail_and_retry(self.study, trial_id, {"error_type": "Interrupted", "error_message": reason}, 0)
+            self.progress.finished(number, TrialState.FAIL, None, reason)
+        self.running.clear()
+
+    def _best(self) -> float | None:
+        if len(self.study.directions) > 1:
+            return None
+        with contextlib.suppress(ValueError):
+            return self.study.best_value
+        return None
+
+    def _heartbeat(self) -> None:
+        interval = _heartbeat_interval(self.study._storage)
+        while interval and not self._heartbeat_stop.wait(interval):
+            for trial_id, _ in list(self.running.values()):
+                self._beat(trial_id)
+
+    def _beat(self, trial_id: int) -> None:
+        if not _heartbeat_interval(self.study._storage):
+            return
+        try:
+            self.study._storage.record_heartbeat(trial_id)
+        except Exception as error:  # the server may be restarting; the next beat retries
+            log.warning("heartbeat for trial %s failed: %s", trial_id, error)
+
+
+def _heartbeat_interval(storage) -> float | None:
+    return storage.get_heartbeat_interval() if isinstance(storage, BaseHeartbeat) else None

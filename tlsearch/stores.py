@@ -1,0 +1,96 @@
+"""Which stores a study uses: MongoDB (study store, dataset store, artifacts) or the embedded default.
+
+`Stores` is a small picklable description that travels to Dask workers; each process opens the real
+stores from it once and reuses them.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from tlsearch import config
+from tlsearch.errors import TLSearchError
+
+# Heartbeats let a resumed study fail the trials a dead driver left RUNNING.
+HEARTBEAT_INTERVAL = 10
+GRACE_PERIOD = 60
+
+
+@dataclass(frozen=True)
+class Stores:
+    """Where a study's trials, datasets and artifacts live.
+
+    With `mongo_uri`, all three are in that MongoDB database; otherwise they are files under `home`
+    (the embedded default), which only processes on this host can reach.
+    """
+
+    mongo_uri: str | None = None
+    database: str = config.DEFAULT_DATABASE
+    home: Path = Path(".tlsearch")
+    heartbeat_interval: int = HEARTBEAT_INTERVAL
+    grace_period: int = GRACE_PERIOD
+
+    @classmethod
+    def resolve(cls, mongo_uri: str | None = None, database: str = config.DEFAULT_DATABASE,
+                home: str | Path | None = None, **heartbeat) -> "Stores":
+        """Apply the configuration rules (argument, then environment, then default)."""
+        return cls(config.mongo_uri(mongo_uri), database, config.home(home), **heartbeat)
+
+    @property
+    def is_local(self) -> bool:
+        return self.mongo_uri is None
+
+    def describe(self) -> str:
+        """A human description, with any credentials masked."""
+        if self.is_local:
+            return f"local folder {self.home}"
+        return f"MongoDB {mask_credentials(self.mongo_uri)} (database {self.database!r})"
+
+    def study_storage(self) -> optuna.storages.BaseStorage:
+        return _open_study_storage(self)
+
+    def dataset_store(self):
+        return _open_dataset_store(self)
+
+    def artifact_store(self):
+        from tlsearch.artifacts import open_artifact_store
+
+        return open_artifact_store(self.mongo_uri, database=self.database, root=self.home)
+
+
+def mask_credentials(uri: str) -> str:
+    """`mongodb://user:secret@host` → `mongodb://***@host`."""
+    return re.sub(r"(?<=://)[^@/]*@", "***@", uri)
+
+
+@functools.cache
+def _open_study_storage(stores: Stores) -> optuna.storages.BaseStorage:
+    if stores.is_local:
+        path = config.journal_path(stores.home)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    from tlsearch.storage import MongoStorage
+
+    return MongoStorage(stores.mongo_uri, stores.database, heartbeat_interval=stores.heartbeat_interval,
+                        grace_period=stores.grace_period)
+
+
+@functools.cache
+def _open_dataset_store(stores: Stores):
+    from tlsearch.data import open_dataset_store
+
+    return open_dataset_store(stores.mongo_uri, database=stores.database, root=stores.home)
+
+
+def require_shared(stores: Stores, remote_cluster: bool) -> None:
+    """Workers on other hosts cannot read this host's files: refuse a local store with a remote cluster."""
+    if remote_cluster and stores.is_local:
+        raise TLSearchError(
+            "a remote Dask cluster needs the study and dataset stores in MongoDB: "
+            "pass --mongo URI (or set TLSEARCH_MONGO_URI)"
+        )

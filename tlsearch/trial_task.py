@@ -1,0 +1,132 @@
+"""What one Dask task does: evaluate one trial of a study on a worker.
+
+The driver created the trial (RUNNING) and will tell its result; the task samples the trial's
+parameters from the study (define-by-run), trains and scores its folds, and reports between folds.
+Everything a task opens (stores, datasets, fold plans) is opened once per worker process.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import optuna
+from optuna.samplers._lazy_random_state import LazyRandomState
+from optuna.trial import TrialState
+
+from tlsearch.stores import Stores
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """Everything a worker needs to evaluate one trial; small and picklable."""
+
+    stores: Stores
+    study_name: str
+    trial_id: int
+    trial_number: int
+    dataset_ref: str
+    dataset_hash: str
+    fold_plan_hash: str
+    seed: int | None
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """How a trial ended on the worker; the driver tells it to the study."""
+
+    state: TrialState
+    values: list[float] | None = None
+    error: dict = field(default_factory=dict)
+    retryable: bool = False
+    worker: str = ""
+    seconds: float = 0.0
+
+
+def trial_seed(seed: int | None, study_name: str, trial_number: int) -> int | None:
+    """A stable 32-bit seed per (study seed, study, trial): distinct across trials, the same on a re-run."""
+    if seed is None:
+        return None
+    digest = hashlib.sha256(f"{seed}:{study_name}:{trial_number}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def seeded_sampler(sampler: optuna.samplers.BaseSampler, seed: int | None) -> optuna.samplers.BaseSampler:
+    """A copy of `sampler` whose random state is seeded with `seed` (or fresh entropy when None).
+
+    Every worker receives the same sampler object; without this, seeded samplers on concurrent workers
+    draw identical parameters.
+    """
+    sampler = copy.deepcopy(sampler)
+    if seed is None:
+        sampler.reseed_rng()
+    else:
+        _reseed(sampler, seed, seen=set())
+    return sampler
+
+
+def _reseed(obj, seed: int, seen: set[int]) -> None:
+    if id(obj) in seen or not hasattr(obj, "__dict__"):
+        return
+    seen.add(id(obj))
+    for name, value in vars(obj).items():
+        if isinstance(value, LazyRandomState):
+            value.rng.seed(seed)
+        elif isinstance(value, np.random.RandomState):
+            value.seed(seed)
+        elif isinstance(value, np.random.Generator):
+            setattr(obj, name, np.random.default_rng(seed))
+        elif isinstance(value, optuna.samplers.BaseSampler):
+            _reseed(value, seed + 1, seen)
+
+
+def run_trial(job: TrialJob, spec) -> TrialOutcome:
+    """Evaluate `job`'s trial with the study definition `spec`; never raises for a trial's own failure."""
+    from tlsearch import cv
+
+    started = time.perf_counter()
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    storage = job.stores.study_storage()
+    try:
+        study = optuna.load_study(
+            study_name=job.study_name,
+            storage=storage,
+            sampler=seeded_sampler(spec.sampler, job.seed),
+            pruner=spec.pruner,
+        )
+        trial = optuna.Trial(study, job.trial_id)
+        dataset = _open_dataset(job.stores, job.dataset_ref)
+        plan = _fold_plan(job.stores, job.fold_plan_hash)
+        values = cv.evaluate(trial, spec, dataset.arrays, plan.folds,
+                             dataset_hash=job.dataset_hash, fold_plan_hash=job.fold_plan_hash)
+    except optuna.TrialPruned:
+        return TrialOutcome(TrialState.PRUNED, worker=worker, seconds=time.perf_counter() - started)
+    except Exception as error:  # the trial failed; the study goes on
+        attrs = cv.describe_failure(error)
+        for key, value in attrs.items():
+            try:
+                storage.set_trial_user_attr(job.trial_id, key, value)
+            except Exception:  # the trial may already be finished by the driver; the outcome still says why
+                break
+        return TrialOutcome(TrialState.FAIL, error=attrs, retryable=cv.is_infrastructure_error(error),
+                            worker=worker, seconds=time.perf_counter() - started)
+    values = [float(values)] if np.isscalar(values) else [float(v) for v in values]
+    return TrialOutcome(TrialState.COMPLETE, values, worker=worker, seconds=time.perf_counter() - started)
+
+
+@functools.lru_cache(maxsize=8)
+def _open_dataset(stores: Stores, ref: str):
+    from tlsearch.data import HostCache
+
+    return HostCache().open(stores.dataset_store(), ref)
+
+
+@functools.lru_cache(maxsize=32)
+def _fold_plan(stores: Stores, plan_hash: str):
+    return stores.dataset_store().get_fold_plan(plan_hash)
