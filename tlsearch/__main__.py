@@ -1,0 +1,5 @@
+import sys
+
+from tlsearch.cli import main
+
+sys.exit(main())
