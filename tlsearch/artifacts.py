@@ -1,0 +1,253 @@
+"""Trial and study artifacts (model files, plots, logs) for `optuna.artifacts`, kept in MongoDB GridFS.
+
+`MongoArtifactStore` implements Optuna's `ArtifactStore` protocol on GridFS bucket "artifacts" of the study
+database, so `optuna.artifacts.upload_artifact` / `download_artifact` and optuna-dashboard work with it.
+`open_artifact_store` picks it, or Optuna's `FileSystemArtifactStore` under the embedded default's root.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import gridfs
+import pymongo
+from gridfs.errors import CorruptGridFile
+from optuna.artifacts import FileSystemArtifactStore
+from optuna.artifacts.exceptions import ArtifactNotFound
+from pymongo.errors import CursorNotFound
+
+if TYPE_CHECKING:
+    from optuna.artifacts._protocol import ArtifactStore
+    from pymongo.collection import Collection
+    from pymongo.cursor import Cursor
+    from pymongo.database import Database
+
+__all__ = ["MongoArtifactStore", "open_artifact_store"]
+
+# A reply of chunk documents stays near this size: a real MongoDB caps a batch at 16 MiB, the test server
+# (mongo-java-server) does not cap it at all and fails above 48 MB.
+_READ_BATCH_BYTES = 8 * 1024 * 1024
+
+
+class MongoArtifactStore:
+    """Optuna artifacts on GridFS: one GridFS file per artifact, named by its artifact id.
+
+    Writes stream from the source in `chunk_size_bytes` pieces; readers fetch chunk documents in bounded
+    batches, so no artifact is ever held whole in memory. Re-writing an id uploads the new file completely
+    before deleting the old one, so a reader gets the old bytes or the new bytes, never a mix (a reader that
+    is mid-way through a file deleted under it fails with `CorruptGridFile` rather than return short data).
+    Built from a URL, the store pickles to its settings and reconnects lazily (for Dask workers);
+    built from a `MongoClient`, it uses that client and cannot be pickled.
+    """
+
+    def __init__(self, url_or_client: str | pymongo.MongoClient, database: str = "tlsearch", *,
+                 bucket: str = "artifacts", chunk_size_bytes: int = 1024 * 1024) -> None:
+        if not isinstance(url_or_client, (str, pymongo.MongoClient)):
+            raise TypeError(f"url_or_client must be a MongoDB URL or a MongoClient, got {type(url_or_client).__name__}")
+        if chunk_size_bytes < 1:
+            raise ValueError(f"chunk_size_bytes must be positive, got {chunk_size_bytes}")
+        self._url = url_or_client if isinstance(url_or_client, str) else None
+        self._client = url_or_client if isinstance(url_or_client, pymongo.MongoClient) else None
+        self._database_name = database
+        self._bucket_name = bucket
+        self._chunk_size = chunk_size_bytes
+        self._connect_lock = threading.Lock()
+
+    # -- ArtifactStore protocol
+
+    def open_reader(self, artifact_id: str) -> BinaryIO:
+        """A buffered binary reader over the artifact's newest complete version; `ArtifactNotFound` if none."""
+        file_doc = self._newest_file(artifact_id)
+        if file_doc is None:
+            raise ArtifactNotFound(f"artifact {artifact_id!r} not found in GridFS bucket {self._bucket_name!r}")
+        raw = _GridFSChunkReader(self._chunks, file_doc)
+        return io.BufferedReader(raw, buffer_size=raw.chunk_size)
+
+    def write(self, artifact_id: str, content_body: BinaryIO) -> None:
+        """Store everything `content_body` yields under `artifact_id`, replacing any earlier version."""
+        _check_artifact_id(artifact_id)
+        grid_in = self._bucket.open_upload_stream(artifact_id, chunk_size_bytes=self._chunk_size)
+        try:
+            grid_in.write(content_body)  # reads the source one chunk at a time
+        except BaseException:
+            grid_in.abort()  # GridFS would otherwise leave the chunks written so far behind
+            raise
+        grid_in.close()
+        self._delete_versions(artifact_id, keep_newest=True)
+
+    def remove(self, artifact_id: str) -> None:
+        """Delete every version of the artifact with its chunks; `ArtifactNotFound` if there is none."""
+        if not self._delete_versions(artifact_id, keep_newest=False):
+            raise ArtifactNotFound(f"artifact {artifact_id!r} not found in GridFS bucket {self._bucket_name!r}")
+
+    # -- connection
+
+    def close(self) -> None:
+        """Close the client if this store opened it (built from a URL); a later call reconnects."""
+        if self._url is not None and self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._url is None:
+            raise TypeError("a MongoArtifactStore built from a MongoClient cannot be pickled; build it from a URL")
+        return {**self.__dict__, "_client": None, "_connect_lock": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _connect_lock=threading.Lock())
+
+    def __repr__(self) -> str:
+        return f"MongoArtifactStore(database={self._database_name!r}, bucket={self._bucket_name!r})"
+
+    @property
+    def _database(self) -> Database:
+        if self._client is None:
+            with self._connect_lock:
+                if self._client is None:
+                    self._client = pymongo.MongoClient(self._url)
+        return self._client[self._database_name]
+
+    @property
+    def _bucket(self) -> gridfs.GridFSBucket:
+        return gridfs.GridFSBucket(self._database, bucket_name=self._bucket_name, chunk_size_bytes=self._chunk_size)
+
+    @property
+    def _files(self) -> Collection:
+        return self._database[f"{self._bucket_name}.files"]
+
+    @property
+    def _chunks(self) -> Collection:
+        return self._database[f"{self._bucket_name}.chunks"]
+
+    # -- versions
+
+    # GridFS inserts a file's document after its last chunk, so every file document found is a complete version.
+    _NEWEST_FIRST = [("uploadDate", pymongo.DESCENDING), ("_id", pymongo.DESCENDING)]
+
+    def _newest_file(self, artifact_id: str) -> dict[str, Any] | None:
+        _check_artifact_id(artifact_id)
+        return self._files.find_one({"filename": artifact_id}, sort=self._NEWEST_FIRST)
+
+    def _delete_versions(self, artifact_id: str, *, keep_newest: bool) -> int:
+        """Delete the versions of `artifact_id`, or all but the newest; return how many were deleted.
+
+        Concurrent writers of one id all keep the same newest version, so they never delete each other's last copy.
+        """
+        _check_artifact_id(artifact_id)
+        versions = list(self._files.find({"filename": artifact_id}, {"_id": 1}).sort(self._NEWEST_FIRST))
+        if keep_newest:
+            versions = versions[1:]
+        for doc in versions:
+            # The file document goes first, so no new reader picks a version whose chunks are disappearing.
+            self._files.delete_one({"_id": doc["_id"]})
+            self._chunks.delete_many({"files_id": doc["_id"]})
+        return len(versions)
+
+
+class _GridFSChunkReader(io.RawIOBase):
+    """Raw, seekable reader of one GridFS file that fetches its chunk documents a bounded batch at a time."""
+
+    def __init__(self, chunks: Collection, file_doc: dict[str, Any]) -> None:
+        super().__init__()
+        self._chunks = chunks
+        self._file_id = file_doc["_id"]
+        self.length: int = file_doc["length"]
+        self.chunk_size: int = file_doc["chunkSize"]
+        self._n_chunks = -(-self.length // self.chunk_size)
+        self._batch_size = max(1, _READ_BATCH_BYTES // self.chunk_size)
+        self._position = 0
+        self._chunk_n = -1  # index of the chunk held in self._chunk_data
+        self._chunk_data = b""
+        self._cursor: Cursor | None = None
+        self._cursor_next_n = 0  # the chunk index the open cursor yields next
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        self._check_not_closed()
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._check_not_closed()
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self.length}.get(whence)
+        if base is None:
+            raise ValueError(f"invalid whence {whence!r}")
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._position = base + offset
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        self._check_not_closed()
+        if self._position >= self.length:
+            return 0
+        n, start = divmod(self._position, self.chunk_size)
+        if n != self._chunk_n:
+            self._chunk_data = self._fetch_chunk(n)
+            self._chunk_n = n
+        view = memoryview(buffer).cast("B")
+        piece = self._chunk_data[start:start + len(view)]
+        view[:len(piece)] = piece
+        self._position += len(piece)
+        return len(piece)
+
+    def close(self) -> None:
+        if self._cursor is not None:
+            self._cursor.close()
+            self._cursor = None
+        self._chunk_data = b""
+        super().close()
+
+    def _fetch_chunk(self, n: int) -> bytes:
+        if self._cursor is None or self._cursor_next_n != n:
+            self._open_cursor(n)
+        try:
+            doc = next(self._cursor)
+        except StopIteration:
+            doc = None
+        except CursorNotFound:  # the server dropped an idle cursor (a slow consumer): resume where we were
+            self._open_cursor(n)
+            doc = next(self._cursor, None)
+        if doc is None or doc["n"] != n:
+            raise CorruptGridFile(f"GridFS file {self._file_id} is missing chunk {n} of {self._n_chunks} "
+                                  "(deleted or replaced while being read?)")
+        data = doc["data"]
+        expected = self.chunk_size if n < self._n_chunks - 1 else self.length - n * self.chunk_size
+        if len(data) != expected:
+            raise CorruptGridFile(f"GridFS file {self._file_id}: chunk {n} has {len(data)} bytes, expected {expected}")
+        self._cursor_next_n = n + 1
+        return data
+
+    def _open_cursor(self, n: int) -> None:
+        if self._cursor is not None:
+            self._cursor.close()
+        query: dict[str, Any] = {"files_id": self._file_id}
+        if n:
+            query["n"] = {"$gte": n}
+        self._cursor = self._chunks.find(query, {"_id": 0, "n": 1, "data": 1}).sort("n", 1).batch_size(self._batch_size)
+        self._cursor_next_n = n
+
+    def _check_not_closed(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed artifact reader")
+
+
+def _check_artifact_id(artifact_id: str) -> None:
+    if not isinstance(artifact_id, str) or not artifact_id:
+        raise ValueError(f"artifact_id must be a non-empty string, got {artifact_id!r}")
+
+
+def open_artifact_store(mongo_uri: str | None, *, database: str = "tlsearch", root: Path) -> ArtifactStore:
+    """The artifact store next to the study store: GridFS when `mongo_uri` is given, else `root / "artifacts"`."""
+    if mongo_uri:
+        return MongoArtifactStore(mongo_uri, database)
+    directory = Path(root) / "artifacts"
+    directory.mkdir(parents=True, exist_ok=True)
+    return FileSystemArtifactStore(directory)
