@@ -22,6 +22,8 @@ _EXPORTS = {
     "SklearnModel": "tlsearch.study",
     "CustomLoop": "tlsearch.study",
     "load_study_file": "tlsearch.study",
+    # running it
+    "run": "tlsearch.runner",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -43,7 +43,8 @@ class StudyBusyError(TLSearchError):
     """Another driver on this host runs the same local study."""
 
 
-def run(spec, *, stores: Stores | None = None, client: distributed.Client | None = None,
+def run(spec, *, mongo: str | None = None, database: str = "tlsearch", home: str | os.PathLike | None = None,
+        stores: Stores | None = None, client: distributed.Client | None = None,
         scheduler: str | None = None, n_workers: int | None = None, parallelism: int | None = None,
         n_trials: int | None = None, timeout: float | None = None, name: str | None = None,
         study_file: str | os.PathLike | None = None, progress: str = "auto",
@@ -51,12 +52,14 @@ def run(spec, *, stores: Stores | None = None, client: distributed.Client | None
     """Run the study `spec` until `n_trials` trials are complete or pruned in total (counting those
     already in the store), `timeout` seconds pass, or `tlsearch stop` asks it to; return the study.
 
-    `resume=True` requires the study to exist. Trials a dead driver left RUNNING are failed and
+    The stores are MongoDB at `mongo` (default `$TLSEARCH_MONGO_URI`) or the embedded default under `home`;
+    `stores` gives them fully instead. The cluster is `client`, the scheduler at `scheduler`, or a new
+    LocalCluster of `n_workers` processes. `resume=True` requires the study to exist. Trials a dead driver left RUNNING are failed and
     retried first. Ctrl-C stops starting trials and waits for running ones; a second Ctrl-C fails them.
     """
     from tlsearch import spaces
 
-    stores = stores or Stores.resolve()
+    stores = stores or Stores.resolve(mongo, database, home)
     name = name or spec.name
     n_trials = n_trials if n_trials is not None else spec.n_trials
     timeout = timeout if timeout is not None else spec.timeout
@@ -81,10 +84,11 @@ def request_stop(stores: Stores, name: str) -> None:
     study._storage.set_study_system_attr(study._study_id, ATTR_STOP, True)
 
 
-def load(stores: Stores, name: str) -> optuna.Study:
-    """The study `name` from the study store, as a plain `optuna.Study`."""
+def load(stores: Stores, name: str, spec=None) -> optuna.Study:
+    """The study `name` from the study store, as a plain `optuna.Study` (with `spec`'s sampler and pruner)."""
     try:
-        return optuna.load_study(study_name=name, storage=stores.study_storage())
+        return optuna.load_study(study_name=name, storage=stores.study_storage(),
+                                 sampler=spec.sampler if spec else None, pruner=spec.pruner if spec else None)
     except KeyError:
         raise TLSearchError(f"no study named {name!r} in {stores.describe()}") from None
 
@@ -96,10 +100,10 @@ def _open_study(spec, stores: Stores, name: str, study_file, resume: bool) -> tu
     storage = stores.study_storage()
     directions = list(spec.directions)
     if resume:
-        study = load(stores, name)
+        study = load(stores, name, spec)
     else:
         study = optuna.create_study(storage=storage, study_name=name, directions=directions,
-                                    load_if_exists=True)
+                                    sampler=spec.sampler, pruner=spec.pruner, load_if_exists=True)
     if [d.name.lower() for d in study.directions] != [str(d).lower() for d in directions]:
         raise TLSearchError(f"study {name!r} optimizes {[d.name.lower() for d in study.directions]}, "
                             f"but the study file says {directions}; use another --name")
