@@ -24,6 +24,8 @@ _EXPORTS = {
     "load_study_file": "tlsearch.study",
     # running it
     "run": "tlsearch.runner",
+    # the best model
+    "load_model": "tlsearch.refit",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -15,7 +15,7 @@ from tlsearch import config
 from tlsearch.errors import TLSearchError
 
 # Sub-command modules, in the order `tlsearch --help` lists them.
-_COMMANDS = ("study", "results", "dataset", "worker")
+_COMMANDS = ("study", "results", "refit", "dataset", "worker")
 
 
 def common_options() -> argparse.ArgumentParser:
