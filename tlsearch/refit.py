@@ -59,7 +59,7 @@ def refit(name: str, *, stores: Stores | None = None, trial_number: int | None =
 
     stores = stores or Stores.resolve()
     study = runner.load(stores, name)
-    attrs = study.system_attrs
+    attrs = runner.system_attrs(study)
     trial = _chosen_trial(study, trial_number)
     if spec is None:
         if runner.ATTR_STUDY_FILE not in attrs:
@@ -100,7 +100,7 @@ def load_model(name: str, *, mongo: str | None = None, database: str = "tlsearch
     """
     stores = stores or Stores.resolve(mongo, database, home)
     study = runner.load(stores, name)
-    attrs = study.system_attrs
+    attrs = runner.system_attrs(study)
     if ATTR_REFIT not in attrs:
         raise TLSearchError(f"study {name!r} has no refit model: run `tlsearch refit {name}` first")
     record = RefitRecord(**attrs[ATTR_REFIT])

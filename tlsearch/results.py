@@ -88,13 +88,14 @@ def best_summary(study: optuna.Study) -> str:
     return "\n".join(lines)
 
 
-def study_status(study_summary: optuna.study.StudySummary, study: optuna.Study | None = None) -> dict:
+def study_status(study_summary: optuna.study.StudySummary, study: optuna.Study) -> dict:
     """Counts by state, best value, dataset, started and last activity of one study."""
-    trials = study.get_trials(deepcopy=False) if study is not None else []
+    from tlsearch.runner import ATTR_DATASET_REF, system_attrs
+
+    trials = study.get_trials(deepcopy=False)
     counts = Counter(t.state.name for t in trials)
     times = [t for tr in trials for t in (tr.datetime_start, tr.datetime_complete) if t is not None]
     best = study_summary.best_trial
-    attrs = study_summary.system_attrs
     return {
         "name": study_summary.study_name,
         "directions": [d.name.lower() for d in study_summary.directions],
@@ -102,7 +103,7 @@ def study_status(study_summary: optuna.study.StudySummary, study: optuna.Study |
         "running": counts["RUNNING"], "waiting": counts["WAITING"],
         "best_value": best.value if best is not None and len(study_summary.directions) == 1 else None,
         "best_trial": best.number if best is not None else None,
-        "dataset": attrs.get("tlsearch:dataset_ref"),
+        "dataset": system_attrs(study).get(ATTR_DATASET_REF),
         "started": min(times).isoformat(timespec="seconds") if times else None,
         "last_activity": max(times).isoformat(timespec="seconds") if times else None,
     }

@@ -93,6 +93,11 @@ def load(stores: Stores, name: str, spec=None) -> optuna.Study:
         raise TLSearchError(f"no study named {name!r} in {stores.describe()}") from None
 
 
+def system_attrs(study: optuna.Study) -> dict:
+    """The study's system attributes (Optuna 5 keeps them in the storage only)."""
+    return study._storage.get_study_system_attrs(study._study_id)
+
+
 def _open_study(spec, stores: Stores, name: str, study_file, resume: bool) -> tuple[optuna.Study, str]:
     """Create or load the study, and bind it to its dataset and fold plan (computed once, then checked)."""
     from tlsearch.data import HostCache, ensure_dataset, fold_plan_for
@@ -110,7 +115,7 @@ def _open_study(spec, stores: Stores, name: str, study_file, resume: bool) -> tu
     store = stores.dataset_store()
     info = ensure_dataset(store, spec.dataset)
     dataset_ref = f"{info.name}@{info.version}"
-    attrs = study.system_attrs
+    attrs = system_attrs(study)
     if ATTR_FOLD_PLAN not in attrs:
         dataset = HostCache().open(store, dataset_ref)
         plan = fold_plan_for(store, dataset, spec.cv)
@@ -183,7 +188,7 @@ class _Dispatcher:
     def __init__(self, study, spec, stores, dataset_ref, client, parallelism, n_trials, timeout, progress):
         self.study, self.spec, self.stores, self.client = study, spec, stores, client
         self.dataset_ref = dataset_ref
-        attrs = study.system_attrs
+        attrs = system_attrs(study)
         self.dataset_hash, self.fold_plan_hash = attrs[ATTR_DATASET_HASH], attrs[ATTR_FOLD_PLAN]
         self.n_trials, self.timeout = n_trials, timeout
         self.parallelism = parallelism or max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
@@ -246,7 +251,7 @@ class _Dispatcher:
         if self.timeout is not None and time.monotonic() - started >= self.timeout:
             self.stopping = True
             self.progress.note(f"timeout of {self.timeout:g} s reached: finishing running trials")
-        elif self.study.system_attrs.get(ATTR_STOP):
+        elif system_attrs(self.study).get(ATTR_STOP):
             self.stopping = True
             self.progress.note("stop requested: finishing running trials")
         elif self.failed_in_a_row >= max(10, 2 * self.parallelism):

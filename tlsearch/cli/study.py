@@ -68,7 +68,7 @@ def _resume(args) -> int:
     study_file = args.study_file
     if study_file is None:
         study = runner.load(_stores(args), args.name)
-        study_file = study.system_attrs.get(runner.ATTR_STUDY_FILE)
+        study_file = runner.system_attrs(study).get(runner.ATTR_STUDY_FILE)
         if study_file is None:
             raise TLSearchError(f"the store has no study file for {args.name!r}: pass --study-file")
         if not Path(study_file).is_file():
