@@ -1,0 +1,115 @@
+"""Connecting to MongoDB: a fast, clear failure when it cannot be reached, retries while it is briefly away,
+and URIs shown without their credentials."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import pymongo
+from pymongo.errors import AutoReconnect, ConfigurationError, OperationFailure, PyMongoError
+
+from tlsearch.errors import TLSearchError
+
+_logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+CONNECT_TIMEOUT_S = 4.0  # a server that is not there is reported within this (plus a little)
+RETRY_WINDOW_S = 30.0  # how long an operation keeps retrying while the connection is lost
+
+# Server errors that mean "try again" (shutting down, stepping down, not yet primary).
+_TRANSIENT_CODES = frozenset({6, 7, 89, 91, 189, 9001, 10107, 11600, 11602, 13435, 13436})
+
+_USERINFO = re.compile(r"^(mongodb(?:\+srv)?://)([^@/?#]*)@")
+_SECRET_OPTIONS = re.compile(r"(?i)((?:password|secret|token|tlsCertificateKeyFilePassword)[^=&]*=)[^&#]*")
+
+
+class MongoUnavailableError(TLSearchError, ConnectionError):
+    """The MongoDB server cannot be reached (or stayed unreachable longer than the retry window)."""
+
+
+def mask_uri(uri: str) -> str:
+    """`uri` with its credentials (user:password@ and secret options) replaced by ***."""
+    masked = _USERINFO.sub(r"\1***@", uri)
+    return _SECRET_OPTIONS.sub(r"\1***", masked)
+
+
+def scrub(text: str, uri: str) -> str:
+    """`text` (e.g. an error message) with any credentials from `uri` masked."""
+    text = text.replace(uri, mask_uri(uri))
+    match = _USERINFO.match(uri)
+    if match and match.group(2):
+        for secret in {match.group(2), *match.group(2).split(":")}:
+            if len(secret) >= 3:
+                text = text.replace(secret, "***")
+    return text
+
+
+def connect(uri: str) -> pymongo.MongoClient:
+    """A client for `uri` that has answered a ping; MongoUnavailableError within about CONNECT_TIMEOUT_S if not.
+
+    Timeouts given in the URI win over ours."""
+    timeout_ms = int(CONNECT_TIMEOUT_S * 1000)
+    timeouts = {
+        option: timeout_ms
+        for option in ("serverSelectionTimeoutMS", "connectTimeoutMS")
+        if f"{option.lower()}=" not in uri.lower()
+    }
+    try:
+        client = pymongo.MongoClient(uri, **timeouts)
+    except (ConfigurationError, ValueError) as exc:
+        raise ValueError(f"invalid MongoDB URI {mask_uri(uri)}: {scrub(str(exc), uri)}") from None
+    try:
+        ping(client)
+    except MongoUnavailableError as exc:
+        client.close()
+        raise MongoUnavailableError(f"cannot reach MongoDB at {mask_uri(uri)}: {scrub(str(exc), uri)}") from None
+    except OperationFailure as exc:
+        client.close()
+        raise MongoUnavailableError(f"MongoDB at {mask_uri(uri)} refused us: {scrub(str(exc), uri)}") from None
+    return client
+
+
+def ping(client: pymongo.MongoClient) -> None:
+    """One ping, no retries; MongoUnavailableError if the server cannot be reached."""
+    try:
+        client.admin.command("ping")
+    except AutoReconnect as exc:
+        raise MongoUnavailableError(_first_line(exc)) from None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether `exc` means the connection or the server was briefly away (so trying again may succeed)."""
+    if isinstance(exc, AutoReconnect):
+        return True
+    return isinstance(exc, OperationFailure) and exc.code in _TRANSIENT_CODES
+
+
+def retrying(operation: Callable[[], T], describe: Callable[[], str], window_s: float = RETRY_WINDOW_S) -> T:
+    """Run `operation`, running it again while it fails transiently, for up to `window_s` seconds.
+
+    Only for operations that are safe to repeat (reads, idempotent updates); the others check what a lost
+    attempt did themselves. Gives up with MongoUnavailableError."""
+    deadline = time.monotonic() + window_s
+    delay = 0.05
+    while True:
+        try:
+            return operation()
+        except PyMongoError as exc:
+            if not is_transient(exc):
+                raise
+            if time.monotonic() + delay > deadline:
+                raise MongoUnavailableError(
+                    f"lost MongoDB at {describe()} for more than {window_s:.0f} s: {_first_line(exc)}"
+                ) from None
+            _logger.warning("MongoDB at %s is unavailable (%s); retrying", describe(), _first_line(exc))
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).split(", Timeout:")[0].split(" (configured timeouts")[0]
+    return text.splitlines()[0] if text else type(exc).__name__

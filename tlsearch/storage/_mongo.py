@@ -1,0 +1,571 @@
+"""MongoStorage: an Optuna storage (with heartbeats) whose studies and trials are MongoDB documents.
+
+Every race is settled by one of two primitives that are atomic on every server we support, with no
+transactions: a single-document update whose filter states the expected old state (compare-and-set), and an
+insert guarded by a unique index. Trial numbers are claimed by inserting the trial document itself at the
+next number (the unique `_id` refuses a taken one), and a number is only ever tried once its predecessor
+exists, so numbers are dense even when a process dies at any point. Reads go through a per-study cache
+(`_cache.StudyCache`); writes go straight to the server.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable, Container, Sequence
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+import optuna
+import pymongo
+from bson.codec_options import CodecOptions
+from optuna.distributions import BaseDistribution, check_distribution_compatibility
+from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
+from optuna.storages import BaseStorage
+from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
+from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.study import StudyDirection
+from optuna.study._frozen import FrozenStudy
+from optuna.trial import FrozenTrial, TrialState
+from pymongo import ReturnDocument
+from pymongo.errors import DuplicateKeyError
+
+from tlsearch.storage import _codec as codec
+from tlsearch.storage._cache import StudyCache
+from tlsearch.storage._client import MongoUnavailableError, connect, mask_uri, ping, retrying
+
+_logger = logging.getLogger(__name__)
+
+STUDIES = "studies"
+TRIALS = "trials"
+COUNTERS = "counters"
+_STUDY_ID_COUNTER = "study_id"
+_CODEC_OPTIONS = CodecOptions(tz_aware=True, tzinfo=timezone.utc)
+_HOST = socket.gethostname()
+_UNFINISHED = (TrialState.RUNNING.name, TrialState.WAITING.name)
+
+HeartbeatStaleTrialCallback = Callable[["optuna.study.Study", FrozenTrial], None]
+
+
+class _Collections(NamedTuple):
+    studies: pymongo.collection.Collection
+    trials: pymongo.collection.Collection
+    counters: pymongo.collection.Collection
+
+
+class MongoStorage(BaseStorage, BaseHeartbeat):
+    """Optuna studies and trials in a MongoDB database, safe for any number of concurrent processes.
+
+    Args:
+        url_or_client: a MongoDB URI (``mongodb://user:pass@host/?...``), or a ``pymongo.MongoClient``.
+            Built from a URI, the storage can be pickled (it reconnects lazily in the new process);
+            built from a client, it cannot.
+        database: the database holding the ``studies``, ``trials`` and ``counters`` collections.
+        heartbeat_interval: seconds between heartbeats of a running trial (None: no heartbeats), as in
+            ``optuna.storages.RDBStorage``; heartbeats use the server's clock.
+        grace_period: seconds without a heartbeat after which a running trial is stale (default: twice the
+            interval); ``optuna.storages.fail_stale_trials`` then fails it.
+        heartbeat_stale_trial_callback: called with (study, trial) for each stale trial failed, e.g.
+            ``optuna.storages.RetryHeartbeatStaleTrialCallback()``.
+
+    Raises:
+        MongoUnavailableError: the server cannot be reached (within about 4 seconds).
+        ValueError: the URI is invalid, or a heartbeat setting is not a positive number.
+    """
+
+    def __init__(
+        self,
+        url_or_client: str | pymongo.MongoClient,
+        database: str = "tlsearch",
+        *,
+        heartbeat_interval: float | None = None,
+        grace_period: float | None = None,
+        heartbeat_stale_trial_callback: HeartbeatStaleTrialCallback | None = None,
+    ) -> None:
+        for name, value in (("heartbeat_interval", heartbeat_interval), ("grace_period", grace_period)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ValueError(f"{name} must be None or a positive number of seconds, not {value!r}")
+        if not isinstance(database, str) or not database:
+            raise ValueError(f"database must be a non-empty string, not {database!r}")
+        if isinstance(url_or_client, str):
+            self._url: str | None = url_or_client
+            client = None
+        elif isinstance(url_or_client, pymongo.MongoClient):
+            self._url = None
+            client = url_or_client
+        else:
+            raise TypeError(
+                f"MongoStorage needs a MongoDB URI or a pymongo.MongoClient, not {type(url_or_client).__name__}"
+            )
+        self._database_name = database
+        self.heartbeat_interval = heartbeat_interval
+        self.grace_period = grace_period
+        self.heartbeat_stale_trial_callback = heartbeat_stale_trial_callback
+        self._start(client)
+        self._collections()  # fail now, not at the first trial, if the server cannot be reached
+
+    def _start(self, client: pymongo.MongoClient | None) -> None:
+        self._client = client
+        self._db: _Collections | None = None
+        self._lock = threading.RLock()
+        self._studies: dict[int, StudyCache] = {}
+
+    # Pickling: the URI and the settings travel, the connection and the cache do not.
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._url is None:
+            raise TypeError(
+                "a MongoStorage built from a MongoClient cannot be pickled (a client cannot cross processes); "
+                "build it from a URI, MongoStorage('mongodb://...'), to send it to other processes"
+            )
+        return {
+            "url": self._url,
+            "database": self._database_name,
+            "heartbeat_interval": self.heartbeat_interval,
+            "grace_period": self.grace_period,
+            "heartbeat_stale_trial_callback": self.heartbeat_stale_trial_callback,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._url = state["url"]
+        self._database_name = state["database"]
+        self.heartbeat_interval = state["heartbeat_interval"]
+        self.grace_period = state["grace_period"]
+        self.heartbeat_stale_trial_callback = state["heartbeat_stale_trial_callback"]
+        self._start(None)
+
+    def __repr__(self) -> str:
+        where = repr(mask_uri(self._url)) if self._url is not None else "<MongoClient>"
+        return f"MongoStorage({where}, database={self._database_name!r})"
+
+    def close(self) -> None:
+        """Close the connection this storage opened (a client passed in is left to its owner)."""
+        with self._lock:
+            if self._url is not None and self._client is not None:
+                self._client.close()
+                self._client = None
+            self._db = None
+
+    # Connection
+
+    def _describe(self) -> str:
+        where = mask_uri(self._url) if self._url is not None else "the given MongoClient's server"
+        return f"{where} (database {self._database_name!r})"
+
+    def _collections(self) -> _Collections:
+        db = self._db
+        if db is None:
+            with self._lock:
+                if self._db is None:
+                    self._db = self._open()
+                db = self._db
+        return db
+
+    def _open(self) -> _Collections:
+        if self._client is None:
+            self._client = connect(self._url)  # type: ignore[arg-type]
+        else:
+            try:
+                ping(self._client)
+            except MongoUnavailableError as exc:
+                raise MongoUnavailableError(f"cannot reach MongoDB at {self._describe()}: {exc}") from None
+        db = self._client.get_database(self._database_name, codec_options=_CODEC_OPTIONS)
+        collections = _Collections(db[STUDIES], db[TRIALS], db[COUNTERS])
+        retrying(lambda: self._create_indexes(collections), self._describe)
+        return collections
+
+    @staticmethod
+    def _create_indexes(collections: _Collections) -> None:
+        collections.studies.create_index([("name", 1)], unique=True, name="name_unique")
+        collections.trials.create_index([("study_id", 1), ("number", 1)], unique=True, name="study_number_unique")
+        collections.trials.create_index([("study_id", 1), ("state", 1)], name="study_state")
+        # Redundant on MongoDB (the _id index serves {_id, state}), but servers whose planner only uses a
+        # unique index matching the whole filter need it to run compare-and-set updates in constant time.
+        collections.trials.create_index([("_id", 1), ("state", 1)], unique=True, name="id_state")
+
+    def _retrying(self, operation: Callable[[_Collections], Any]) -> Any:
+        """Run an operation that is safe to repeat, retrying while the connection is lost."""
+        return retrying(lambda: operation(self._collections()), self._describe)
+
+    def _insert(self, collection: str, document: dict[str, Any]) -> bool:
+        """Insert `document`; False if its unique keys are taken by another document.
+
+        After a lost connection the first attempt may have landed: a duplicate carrying our own
+        `created_by` token is then ours."""
+        attempts = 0
+
+        def insert(collections: _Collections) -> bool:
+            nonlocal attempts
+            attempts += 1
+            target = getattr(collections, collection)
+            try:
+                target.insert_one(document)
+                return True
+            except DuplicateKeyError:
+                if attempts > 1:
+                    existing = target.find_one({"_id": document["_id"]}, {"created_by": 1})
+                    if existing is not None and existing.get("created_by") == document["created_by"]:
+                        return True
+                return False
+
+        return self._retrying(insert)
+
+    @staticmethod
+    def _token() -> str:
+        """A write's unique signature, naming the host and process that made it."""
+        return f"{_HOST}:{os.getpid()}:{secrets.token_hex(4)}"
+
+    # Studies
+
+    def create_new_study(self, directions: Sequence[StudyDirection], study_name: str | None = None) -> int:
+        if study_name is None:
+            study_name = DEFAULT_STUDY_NAME_PREFIX + secrets.token_hex(16)
+        study_id = self._next_study_id()
+        document = codec.study_document(study_id, study_name, list(directions), self._token())
+        if not self._insert("studies", document):
+            raise DuplicatedStudyError(f"Another study with name '{study_name}' already exists.")
+        with self._lock:
+            cache = self._remember_study(document)
+            cache.loaded = True  # a new study has no trials to read
+        _logger.info("A new study created in MongoDB with name: %s", study_name)
+        return study_id
+
+    def _next_study_id(self) -> int:
+        # $inc with ReturnDocument.BEFORE: the old value is ours alone. A lost reply wastes an id, no more.
+        def increment(collections: _Collections) -> int | None:
+            try:
+                before = collections.counters.find_one_and_update(
+                    {"_id": _STUDY_ID_COUNTER}, {"$inc": {"next": 1}}, upsert=True,
+                    return_document=ReturnDocument.BEFORE,
+                )
+            except DuplicateKeyError:  # two first-ever upserts raced; the counter now exists
+                return None
+            return int(before["next"]) if before else 0
+
+        while True:
+            study_id = self._retrying(increment)
+            if study_id is not None:
+                return study_id
+
+    def _remember_study(self, document: dict[str, Any]) -> StudyCache:
+        cache = StudyCache(int(document["_id"]), document["name"], codec.decode_directions(document))
+        for field, distribution in document.get("param_distributions", {}).items():
+            cache.param_distributions[codec.decode_name(field)] = codec.decode_distribution(distribution)
+        self._studies[cache.study_id] = cache
+        return cache
+
+    def _study(self, study_id: int) -> StudyCache:
+        """The cache of a study, reading the study once per process (lock held); KeyError if it does not exist."""
+        cache = self._studies.get(study_id)
+        if cache is None:
+            projection = {"name": 1, "directions": 1, "param_distributions": 1}
+            document = self._retrying(lambda c: c.studies.find_one({"_id": study_id}, projection))
+            if document is None:
+                raise KeyError(f"No study with study_id {study_id} exists.")
+            cache = self._remember_study(document)
+        return cache
+
+    def delete_study(self, study_id: int) -> None:
+        with self._lock:
+            self._studies.pop(study_id, None)
+        attempts = 0
+
+        def delete(collections: _Collections) -> int:
+            nonlocal attempts
+            attempts += 1
+            return collections.studies.delete_one({"_id": study_id}).deleted_count
+
+        # A study deleted by a lost first attempt is not missing.
+        if not self._retrying(delete) and attempts == 1:
+            raise KeyError(f"No study with study_id {study_id} exists.")
+        self._retrying(lambda c: c.trials.delete_many({"study_id": study_id}))
+
+    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
+        self._set_study_field(study_id, f"user_attrs.{codec.encode_name(key)}", codec.encode_value(value))
+
+    def set_study_system_attr(self, study_id: int, key: str, value: Any) -> None:
+        self._set_study_field(study_id, f"system_attrs.{codec.encode_name(key)}", codec.encode_value(value))
+
+    def _set_study_field(self, study_id: int, field: str, value: Any) -> None:
+        result = self._retrying(lambda c: c.studies.update_one({"_id": study_id}, {"$set": {field: value}}))
+        if not result.matched_count:
+            raise KeyError(f"No study with study_id {study_id} exists.")
+
+    def get_study_id_from_name(self, study_name: str) -> int:
+        document = self._retrying(lambda c: c.studies.find_one({"name": study_name}, {"_id": 1}))
+        if document is None:
+            raise KeyError(f"No such study {study_name}.")
+        return int(document["_id"])
+
+    def get_study_name_from_id(self, study_id: int) -> str:
+        with self._lock:
+            return self._study(study_id).name
+
+    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
+        with self._lock:
+            return list(self._study(study_id).directions)
+
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        return self._study_attrs(study_id, "user_attrs")
+
+    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
+        return self._study_attrs(study_id, "system_attrs")
+
+    def _study_attrs(self, study_id: int, field: str) -> dict[str, Any]:
+        document = self._retrying(lambda c: c.studies.find_one({"_id": study_id}, {field: 1}))
+        if document is None:
+            raise KeyError(f"No study with study_id {study_id} exists.")
+        return codec.decode_attrs(document.get(field, {}))
+
+    def get_all_studies(self) -> list[FrozenStudy]:
+        documents = self._retrying(lambda c: list(c.studies.find({}).sort("_id", 1)))
+        return [codec.decode_study(document) for document in documents]
+
+    # Trials: creation
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        with self._lock:
+            cache = self._study(study_id)
+            number = len(cache.trials)
+        if template_trial is not None:
+            for name, distribution in template_trial.distributions.items():
+                check_distribution_compatibility(self._study_distribution(cache, name, distribution), distribution)
+        created_by = self._token()
+        now = datetime.now()
+        while True:
+            document = codec.trial_document(study_id, number, template_trial, now, created_by)
+            if self._insert("trials", document):
+                break
+            # The number is taken: learn which numbers are, and claim the next. Its predecessor exists, so
+            # numbers stay dense.
+            with self._lock:
+                self._refresh(cache)
+                number = max(number + 1, len(cache.trials))
+        with self._lock:
+            cache.merge([document], codec.decode_trial)
+        return document["_id"]
+
+    def _study_distribution(self, cache: StudyCache, name: str, distribution: BaseDistribution) -> BaseDistribution:
+        """The distribution of parameter `name` in the study: the first one anyone registered (this one if none)."""
+        with self._lock:
+            known = cache.param_distributions.get(name)
+        if known is not None:
+            return known
+        field = f"param_distributions.{codec.encode_name(name)}"
+        # Compare-and-set: register ours unless one is there. A repeat after a lost reply finds ours.
+        result = self._retrying(
+            lambda c: c.studies.update_one(
+                {"_id": cache.study_id, field: {"$exists": False}},
+                {"$set": {field: codec.encode_distribution(distribution)}},
+            )
+        )
+        if result.matched_count:
+            known = distribution
+        else:
+            document = self._retrying(lambda c: c.studies.find_one({"_id": cache.study_id}, {field: 1}))
+            if document is None:
+                raise KeyError(f"No study with study_id {cache.study_id} exists.")
+            known = codec.decode_distribution(document["param_distributions"][codec.encode_name(name)])
+        with self._lock:
+            return cache.param_distributions.setdefault(name, known)
+
+    # Trials: writes (compare-and-set on the state: a finished trial never changes)
+
+    def set_trial_param(
+        self, trial_id: int, param_name: str, param_value_internal: float, distribution: BaseDistribution
+    ) -> None:
+        study_id, _ = codec.study_id_and_number(trial_id)
+        with self._lock:
+            cache = self._study_or_missing_trial(study_id, trial_id)
+        try:
+            check_distribution_compatibility(self._study_distribution(cache, param_name, distribution), distribution)
+        except ValueError:
+            self._check_updatable(trial_id)  # a finished or missing trial says so first
+            raise
+        field = f"params.{codec.encode_name(param_name)}"
+        self._update_unfinished(trial_id, {field: codec.encode_param(param_value_internal, distribution)})
+
+    def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
+        self._update_unfinished(trial_id, {f"intermediate_values.{int(step)}": float(intermediate_value)})
+
+    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+        self._update_unfinished(trial_id, {f"user_attrs.{codec.encode_name(key)}": codec.encode_value(value)})
+
+    def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
+        self._update_unfinished(trial_id, {f"system_attrs.{codec.encode_name(key)}": codec.encode_value(value)})
+
+    def _update_unfinished(self, trial_id: int, fields: dict[str, Any]) -> None:
+        """`$set` fields of a trial, provided it is unfinished: compare-and-set on its state.
+
+        A repeat after a lost reply rewrites the same values, so retrying is safe; the filter matching is
+        what counts (matched_count), as rewriting a value already there modifies nothing."""
+        expected = TrialState.RUNNING.name
+        while True:
+            result = self._retrying(
+                lambda c: c.trials.update_one({"_id": trial_id, "state": expected}, {"$set": fields})
+            )
+            if result.matched_count:
+                return
+            expected = self._check_updatable(trial_id).name
+
+    def _check_updatable(self, trial_id: int) -> TrialState:
+        """The trial's state; KeyError if it does not exist, UpdateFinishedTrialError if it is finished."""
+        document = self._retrying(lambda c: c.trials.find_one({"_id": trial_id}, {"state": 1, "number": 1}))
+        if document is None:
+            raise KeyError(f"No trial with trial_id {trial_id} exists.")
+        state = TrialState[document["state"]]
+        if state.is_finished():
+            raise UpdateFinishedTrialError(
+                f"Trial#{document['number']} has already finished and can not be updated."
+            )
+        return state
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
+        token = self._token()
+        now = datetime.now()
+        fields: dict[str, Any] = {"state": state.name, "state_changed_by": token}
+        if values is not None:
+            fields["values"] = [float(value) for value in values]
+        if state == TrialState.RUNNING:
+            fields.update(codec.datetime_fields("datetime_start", now))
+        if state.is_finished():
+            fields.update(codec.datetime_fields("datetime_complete", now))
+        # WAITING -> RUNNING is how a worker takes an enqueued trial; anything else starts from RUNNING.
+        expected = TrialState.WAITING if state == TrialState.RUNNING else TrialState.RUNNING
+        while True:
+            if state == TrialState.RUNNING and expected == TrialState.RUNNING:
+                return False
+            # Compare-and-set: exactly one caller moves the trial out of `expected`. BEFORE: the old
+            # document, to which we apply our own fields to get the new one.
+            before = self._retrying(
+                lambda c: c.trials.find_one_and_update(
+                    {"_id": trial_id, "state": expected.name}, {"$set": fields},
+                    return_document=ReturnDocument.BEFORE,
+                )
+            )
+            if before is not None:
+                if state.is_finished():
+                    self._remember_finished(codec.apply_set(before, fields))
+                return True
+            current = self._retrying(lambda c: c.trials.find_one({"_id": trial_id}))
+            if current is None:
+                raise KeyError(f"No trial with trial_id {trial_id} exists.")
+            if current.get("state_changed_by") == token:  # our attempt landed, its reply was lost
+                if state.is_finished():
+                    self._remember_finished(current)
+                return True
+            expected = TrialState[current["state"]]
+            if expected.is_finished():
+                raise UpdateFinishedTrialError(
+                    f"Trial#{current['number']} has already finished and can not be updated."
+                )
+
+    def _remember_finished(self, document: dict[str, Any]) -> None:
+        with self._lock:
+            cache = self._studies.get(int(document["study_id"]))
+            if cache is not None:
+                cache.merge([document], codec.decode_trial)
+
+    # Trials: reads
+
+    def _study_or_missing_trial(self, study_id: int, trial_id: int) -> StudyCache:
+        try:
+            return self._study(study_id)
+        except KeyError:
+            raise KeyError(f"No trial with trial_id {trial_id} exists.") from None
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        study_id, number = codec.study_id_and_number(trial_id)
+        with self._lock:
+            cache = self._studies.get(study_id)
+            trial = cache.finished_trial(number) if cache is not None else None
+        if trial is not None:
+            return trial
+        document = self._retrying(lambda c: c.trials.find_one({"_id": trial_id}))
+        if document is None:
+            raise KeyError(f"No trial with trial_id {trial_id} exists.")
+        trial = codec.decode_trial(document)
+        if cache is not None:
+            with self._lock:
+                cache.add(trial, document)
+        return trial
+
+    def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
+        with self._lock:
+            cache = self._study(study_id)
+            if cache.knows(trial_number):
+                return codec.trial_id_of(study_id, trial_number)
+        missing = KeyError(f"No trial with trial number {trial_number} exists in study with study_id {study_id}.")
+        try:
+            trial_id = codec.trial_id_of(study_id, trial_number)
+        except ValueError:
+            raise missing from None
+        if self._retrying(lambda c: c.trials.find_one({"_id": trial_id}, {"_id": 1})) is None:
+            raise missing
+        return trial_id
+
+    def get_trial_number_from_id(self, trial_id: int) -> int:
+        study_id, number = codec.study_id_and_number(trial_id)
+        with self._lock:
+            cache = self._studies.get(study_id)
+            if cache is not None and cache.knows(number):
+                return number
+        if self._retrying(lambda c: c.trials.find_one({"_id": trial_id}, {"_id": 1})) is None:
+            raise KeyError(f"No trial with trial_id {trial_id} exists.")
+        return number
+
+    def get_all_trials(
+        self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
+    ) -> list[FrozenTrial]:
+        with self._lock:
+            cache = self._study(study_id)
+            self._refresh(cache)
+            trials = cache.view(states)
+        return copy.deepcopy(trials) if deepcopy else trials
+
+    def _refresh(self, cache: StudyCache) -> None:
+        """Read what changed in the study since the last call: its unfinished trials and new ones (lock held)."""
+        if not cache.loaded:
+            documents = self._retrying(
+                lambda c: list(c.trials.find({"study_id": cache.study_id}).sort("number", 1).batch_size(1000))
+            )
+            cache.merge(documents, codec.decode_trial)
+            cache.loaded = True
+            return
+        while True:
+            unfinished, window = cache.ids_to_refresh()
+            ids = unfinished + list(window)
+            documents = self._retrying(lambda c: list(c.trials.find({"_id": {"$in": ids}})))
+            if not cache.merge(documents, codec.decode_trial, window):
+                return
+
+    # Heartbeats (on the server's clock)
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        self._retrying(
+            lambda c: c.trials.update_one(
+                {"_id": trial_id, "state": TrialState.RUNNING.name}, {"$currentDate": {"heartbeat": True}}
+            )
+        )
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        assert self.heartbeat_interval is not None
+        grace_period = self.grace_period if self.grace_period is not None else 2 * self.heartbeat_interval
+        query = {
+            "study_id": study_id,
+            "state": TrialState.RUNNING.name,
+            "heartbeat": {"$type": "date"},
+            "$expr": {"$lt": ["$heartbeat", {"$subtract": ["$$NOW", int(grace_period * 1000)]}]},
+        }
+        documents = self._retrying(lambda c: list(c.trials.find(query, {"_id": 1})))
+        return sorted(int(document["_id"]) for document in documents)
+
+    def get_heartbeat_interval(self) -> int | None:
+        return self.heartbeat_interval  # type: ignore[return-value]
+
+    def get_heartbeat_stale_trial_callback(self) -> HeartbeatStaleTrialCallback | None:
+        return self.heartbeat_stale_trial_callback
