@@ -1,16 +1,25 @@
-"""Where data lives: the dataset store (MongoDB GridFS or a local folder) and fold plans."""
+"""Where data lives: the dataset store (MongoDB GridFS or a local folder), the host-local cache, fold plans.
 
+    store = open_dataset_store(mongo_uri)               # or None: the local store under tlsearch's home
+    info = store.push("digits", {"X": X, "y": y})
+    dataset = HostCache().open(store, info.ref)         # downloaded once per host, memory-mapped
+    plan = fold_plan_for(store, dataset, KFold(5, shuffle=True, random_state=0))
+    fold = dataset.fold(plan, 0)                        # fold.train["X"], fold.validation["y"], no copies
+"""
+
+from tlsearch.data._cache import CacheEntry, Dataset, HostCache
 from tlsearch.data._errors import (DatasetBusyError, DatasetCorruptedError, DatasetError, DatasetExistsError,
                                    DatasetNotFoundError, DatasetValidationError, FoldPlanMismatchError,
                                    FoldPlanNotFoundError)
+from tlsearch.data._fold_views import Fold
 from tlsearch.data._folds import FoldPlan, compute_fold_plan, describe_splitter, fold_plan_for
 from tlsearch.data._hashing import hash_arrays
 from tlsearch.data._info import ARRAY_NAMES, DatasetInfo, parse_ref
 from tlsearch.data._store import DatasetStore, TransferStats, open_dataset_store
 
 __all__ = [
-    "ARRAY_NAMES", "DatasetBusyError", "DatasetCorruptedError", "DatasetError", "DatasetExistsError", "DatasetInfo",
-    "DatasetNotFoundError", "DatasetStore", "DatasetValidationError", "FoldPlan", "FoldPlanMismatchError",
-    "FoldPlanNotFoundError", "TransferStats", "compute_fold_plan", "describe_splitter", "fold_plan_for",
-    "hash_arrays", "open_dataset_store", "parse_ref",
+    "ARRAY_NAMES", "CacheEntry", "Dataset", "DatasetBusyError", "DatasetCorruptedError", "DatasetError",
+    "DatasetExistsError", "DatasetInfo", "DatasetNotFoundError", "DatasetStore", "DatasetValidationError", "Fold",
+    "FoldPlan", "FoldPlanMismatchError", "FoldPlanNotFoundError", "HostCache", "TransferStats",
+    "compute_fold_plan", "describe_splitter", "fold_plan_for", "hash_arrays", "open_dataset_store", "parse_ref",
 ]

@@ -1,0 +1,482 @@
+"""The host-local dataset cache: each host downloads a dataset once, and every process maps it read-only.
+
+Layout of the cache folder (default tlsearch.config.cache_dir()):
+  data/HASH/ARRAY.npy + verified.json     a dataset's arrays, as downloaded and checked
+  plans/PLAN/{plan.json,indices.npy}      fold plans fetched from the store
+  layouts/HASH/PLAN/...                   fold layouts (see _fold_views): every fold's rows contiguous
+  locks/                                  file locks: HASH.download (one downloader per host),
+                                          HASH.use (held shared while a dataset is open; its mtime = last use)
+  downloads.log                           one JSON line per download (what, bytes, seconds, pid)
+
+Integrity: a download is hashed while it is written and only renamed into place when it matches, so a
+partial or wrong download is never visible. `verified.json` then records each file's size and mtime;
+opening compares those (a few stat calls) instead of re-hashing, which would cost ~1 s per GB on every
+trial and fold. A file that was truncated, rewritten or replaced no longer matches and is re-hashed, and
+fetched again if the hash differs. Damage that keeps size and mtime (bit rot) is caught by
+`open(..., verify=True)` or `tlsearch dataset verify`, which re-hash everything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+import numpy as np
+from filelock import FileLock
+
+from tlsearch.data._errors import DatasetCorruptedError, FoldPlanMismatchError
+from tlsearch.data._fold_views import Fold, FoldLayout, fold_views, plan_layout, write_layout_rows
+from tlsearch.data._folds import FoldPlan
+from tlsearch.data._hashing import ContentHasher, hash_arrays
+from tlsearch.data._info import GROUPS, SAMPLE_WEIGHT, DatasetInfo
+from tlsearch.data._locks import UseLock
+from tlsearch.data._npy import NpyHashingSink
+from tlsearch.data._store import DatasetStore, stored_size
+
+log = logging.getLogger(__name__)
+
+MARKER = "verified.json"
+DOWNLOAD_LOG = "downloads.log"
+_PROGRESS_MIN_BYTES = 64 << 20
+_STALE_TMP_SECONDS = 6 * 3600
+
+
+class Dataset:
+    """A cached dataset, open: read-only memory-mapped arrays shared with every process on the host.
+
+    `dataset["X"]`, `dataset.arrays`, `dataset.info`; `dataset.fold(plan, k)` gives fold k's arrays without
+    copying rows. While open, the dataset is not evicted from the cache; `close()` (or exit) releases it.
+    """
+
+    def __init__(self, info: DatasetInfo, arrays: dict[str, np.ndarray], path: Path, cache: "HostCache",
+                 lock: UseLock) -> None:
+        self.info = info
+        self.arrays: Mapping[str, np.ndarray] = MappingProxyType(arrays)
+        self.path = path
+        self._cache = cache
+        self._lock = lock
+        self._layouts: dict[str, tuple[FoldLayout, dict[str, np.ndarray]]] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.arrays
+
+    def keys(self):
+        return self.arrays.keys()
+
+    @property
+    def X(self) -> np.ndarray:  # noqa: N802 - the name every scikit-learn user expects
+        return self.arrays["X"]
+
+    @property
+    def y(self) -> np.ndarray:
+        return self.arrays["y"]
+
+    @property
+    def groups(self) -> np.ndarray | None:
+        return self.arrays.get(GROUPS)
+
+    @property
+    def sample_weight(self) -> np.ndarray | None:
+        return self.arrays.get(SAMPLE_WEIGHT)
+
+    @property
+    def n_rows(self) -> int:
+        return self.info.n_rows
+
+    def fold(self, plan: FoldPlan, k: int) -> Fold:
+        """Fold `k` of `plan` as read-only views (no rows copied); the first call per plan lays the rows out
+        in this host's cache (once per host)."""
+        if not 0 <= k < plan.n_splits:
+            raise IndexError(f"fold {k} out of range: the plan has {plan.n_splits} folds")
+        if plan.hash not in self._layouts:
+            if plan.dataset_hash != self.info.hash:
+                raise FoldPlanMismatchError(
+                    f"fold plan {plan.hash[:12]} was made for content sha256 {plan.dataset_hash[:12]}, "
+                    f"not for {self.info.ref} (sha256 {self.info.hash[:12]})")
+            self._layouts[plan.hash] = self._cache._open_layout(self, plan)
+        layout, arrays = self._layouts[plan.hash]
+        return fold_views(k, layout.spans[k], self.arrays, arrays, layout.order)
+
+    def folds(self, plan: FoldPlan) -> list[Fold]:
+        return [self.fold(plan, k) for k in range(plan.n_splits)]
+
+    def close(self) -> None:
+        """Let the cache evict this dataset again (arrays already handed out stay readable)."""
+        self._lock.release()
+
+    def __enter__(self) -> "Dataset":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __reduce__(self):
+        raise TypeError("a Dataset maps this host's cache and is not sent between processes: "
+                        "send its ref and open it with HostCache().open(store, ref) where it is needed")
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k}={tuple(v.shape)}" for k, v in self.arrays.items())
+        return f"<Dataset {self.info.ref} sha256:{self.info.hash[:12]} {shapes}>"
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One dataset content in a host cache."""
+
+    hash: str
+    size_bytes: int
+    last_used: float
+
+
+class HostCache:
+    """This host's dataset cache (see the module docstring).
+
+    `max_bytes` bounds the cache: after a download, least-recently-used datasets that no process has open
+    are evicted until the cache fits (one in use is never evicted, so the bound can be exceeded then).
+    `progress`: show a progress bar on stderr for downloads (None: when stderr is a terminal and the
+    download is over 64 MiB).
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike | None = None, *, max_bytes: int | None = None,
+                 progress: bool | None = None) -> None:
+        from tlsearch import config
+
+        self.root = config.cache_dir(cache_dir)
+        self.max_bytes = max_bytes
+        self.progress = progress
+        self._plans: dict[str, FoldPlan] = {}
+
+    # -- paths -----------------------------------------------------------------------------------------
+    def _lock_path(self, name: str) -> Path:
+        return self.root / "locks" / name
+
+    def _data(self, content_hash: str) -> Path:
+        return self.root / "data" / content_hash
+
+    # -- datasets --------------------------------------------------------------------------------------
+    def open(self, store: DatasetStore, ref: str, *, verify: bool = False) -> Dataset:
+        """Open `ref` from this host's cache, downloading and checking it first if needed.
+
+        Several processes opening the same dataset at once download it once (the others wait). With
+        `verify`, every byte is re-hashed (and fetched again if damaged) instead of trusting size and mtime.
+        """
+        info = store.info(ref)
+        lock = UseLock(self._lock_path(f"{info.hash}.use"))
+        lock.acquire_shared()
+        try:
+            folder = self._data(info.hash)
+            names = [f"{name}.npy" for name in info.arrays]
+            full_check = verify
+            for attempt in range(3):
+                if full_check or not _marker_ok(folder, info.hash, names):
+                    self._fill(store, info, folder, names, full_check)
+                try:
+                    arrays = _map_arrays(folder, info)
+                    break
+                except (OSError, ValueError, DatasetCorruptedError):
+                    if attempt == 2:
+                        raise
+                    full_check = True  # replaced meanwhile, or damaged in a way size and mtime missed
+        except BaseException:
+            lock.release()
+            raise
+        return Dataset(info, arrays, folder, self, lock)
+
+    def verify(self, store: DatasetStore, ref: str) -> str:
+        """Re-hash this host's copy of `ref`: "absent" (not cached), "ok", or "healed" (fetched again)."""
+        info = store.info(ref)
+        folder = self._data(info.hash)
+        if not folder.is_dir():
+            return "absent"
+        with FileLock(str(self._lock_path(f"{info.hash}.download"))):
+            if _rehash_matches(folder, info):
+                _write_marker(folder, info.hash, [f"{name}.npy" for name in info.arrays])
+                return "ok"
+        self.open(store, ref, verify=True).close()
+        return "healed"
+
+    def _fill(self, store: DatasetStore, info: DatasetInfo, folder: Path, names: list[str], full_check: bool) -> None:
+        with FileLock(str(self._lock_path(f"{info.hash}.download"))):
+            if not full_check and _marker_ok(folder, info.hash, names):
+                return  # another process filled it while we waited
+            if folder.is_dir() and _rehash_matches(folder, info):
+                _write_marker(folder, info.hash, names)
+                return
+            if folder.is_dir():
+                log.warning("cached copy of %s in %s is damaged; fetching it again", info.ref, folder)
+            self._download(store, info, folder)
+        self._evict(keep=info.hash)
+
+    def _download(self, store: DatasetStore, info: DatasetInfo, folder: Path) -> None:
+        started = time.perf_counter()
+        tmp = self._new_tmp()
+        bar = self._progress_bar(f"download {info.ref}", stored_size(info))
+        try:
+            hasher, moved = ContentHasher(), 0
+            for name in sorted(info.arrays):
+                with open(tmp / f"{name}.npy", "wb") as file:
+                    sink = NpyHashingSink(hasher, name, file, what=f"downloaded array {name!r} of {info.ref}")
+                    moved += store.read_array(info, name, sink, bar.update if bar else None)
+                    sink.close()
+            actual = hasher.hexdigest()
+            if actual != info.hash:
+                raise DatasetCorruptedError(
+                    f"the stored bytes of {info.ref} do not match its hash (sha256 {actual[:12]} instead of "
+                    f"{info.hash[:12]}): run `tlsearch dataset verify {info.ref}`, then delete and push it again")
+            _write_marker(tmp, info.hash, [f"{name}.npy" for name in info.arrays])
+            stale_layouts = self.root / "layouts" / info.hash
+            self._replace(folder, tmp, also_remove=[stale_layouts] if folder.exists() else [])
+        finally:
+            if bar:
+                bar.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+        self._log_download(info, moved, time.perf_counter() - started)
+
+    def _progress_bar(self, description: str, total: int):
+        show = self.progress if self.progress is not None else (sys.stderr.isatty() and total >= _PROGRESS_MIN_BYTES)
+        if not show:
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=description, file=sys.stderr)
+
+    def _log_download(self, info: DatasetInfo, nbytes: int, seconds: float) -> None:
+        line = json.dumps({"hash": info.hash, "ref": info.ref, "bytes": nbytes, "seconds": round(seconds, 3),
+                           "host": socket.gethostname(), "pid": os.getpid(), "at": time.time()})
+        fd = os.open(self.root / DOWNLOAD_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+
+    def downloads(self) -> list[dict]:
+        """Every download this cache made, oldest first (from downloads.log)."""
+        try:
+            text = (self.root / DOWNLOAD_LOG).read_text()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    # -- fold plans ------------------------------------------------------------------------------------
+    def fold_plan(self, store: DatasetStore, plan_hash: str) -> FoldPlan:
+        """The fold plan with that hash, fetched from the store once per host and memory-mapped."""
+        plan = self._plans.get(plan_hash)
+        if plan is not None:
+            return plan
+        folder = self.root / "plans" / plan_hash
+        required = ["plan.json", "indices.npy"]
+        if not _marker_ok(folder, plan_hash, required):
+            with FileLock(str(self._lock_path(f"plan-{plan_hash}.lock"))):
+                if not _marker_ok(folder, plan_hash, required):
+                    plan = store.get_fold_plan(plan_hash)  # checked against its hash
+                    tmp = self._new_tmp()
+                    try:
+                        np.save(tmp / "indices.npy", plan.packed_indices(), allow_pickle=False)
+                        (tmp / "plan.json").write_text(json.dumps(plan.to_document()))
+                        _write_marker(tmp, plan_hash, required)
+                        self._replace(folder, tmp)
+                    finally:
+                        shutil.rmtree(tmp, ignore_errors=True)
+        document = json.loads((folder / "plan.json").read_text())
+        plan = FoldPlan.from_stored(document, np.load(folder / "indices.npy", mmap_mode="r"), check=False)
+        self._plans[plan_hash] = plan
+        return plan
+
+    def _open_layout(self, dataset: Dataset, plan: FoldPlan) -> tuple[FoldLayout, dict[str, np.ndarray]]:
+        folder = self.root / "layouts" / dataset.info.hash / plan.hash
+        if not _marker_ok(folder, plan.hash, ["layout.json"]):
+            with FileLock(str(self._lock_path(f"layout-{plan.hash}.lock"))):
+                if not _marker_ok(folder, plan.hash, ["layout.json"]):
+                    self._write_layout(dataset, plan, folder)
+        document = json.loads((folder / "layout.json").read_text())
+        layout = FoldLayout.from_document(document, np.load(folder / "order.npy", mmap_mode="r"))
+        arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in document["arrays"]}
+        return layout, arrays
+
+    def _write_layout(self, dataset: Dataset, plan: FoldPlan, folder: Path) -> None:
+        layout = plan_layout(plan.folds, plan.n_rows)
+        tmp = self._new_tmp()
+        try:
+            np.save(tmp / "order.npy", layout.order, allow_pickle=False)
+            names = []
+            if len(layout.order):
+                for name, source in dataset.arrays.items():
+                    target = np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=source.dtype,
+                                                       shape=(len(layout.order), *source.shape[1:]))
+                    write_layout_rows(source, layout.order, target)
+                    target.flush()
+                    del target
+                    names.append(name)
+            (tmp / "layout.json").write_text(json.dumps({**layout.to_document(), "arrays": names}))
+            _write_marker(tmp, plan.hash, ["layout.json", "order.npy", *(f"{n}.npy" for n in names)])
+            self._replace(folder, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    # -- eviction --------------------------------------------------------------------------------------
+    def entries(self) -> list[CacheEntry]:
+        """The datasets in this cache with their size on disk (with their plans and layouts) and last use."""
+        data = self.root / "data"
+        if not data.is_dir():
+            return []
+        plan_sizes: dict[str, int] = {}
+        for plan_folder in (self.root / "plans").glob("*"):
+            try:
+                owner = json.loads((plan_folder / "plan.json").read_text())["dataset_hash"]
+            except (OSError, ValueError, KeyError):
+                continue
+            plan_sizes[owner] = plan_sizes.get(owner, 0) + _folder_size(plan_folder)
+        entries = []
+        for folder in data.iterdir():
+            content_hash = folder.name
+            size = _folder_size(folder) + _folder_size(self.root / "layouts" / content_hash) + plan_sizes.get(content_hash, 0)
+            try:
+                last_used = os.stat(self._lock_path(f"{content_hash}.use")).st_mtime
+            except FileNotFoundError:
+                last_used = folder.stat().st_mtime
+            entries.append(CacheEntry(content_hash, size, last_used))
+        return entries
+
+    def evict(self, max_bytes: int | None = None, *, keep: Iterable[str] = ()) -> list[str]:
+        """Evict least-recently-used datasets no process has open until the cache fits in `max_bytes`
+        (default: this cache's bound); returns the evicted hashes."""
+        limit = self.max_bytes if max_bytes is None else max_bytes
+        if limit is None:
+            return []
+        keep = set(keep)
+        evicted = []
+        with FileLock(str(self._lock_path("evict.lock"))):
+            entries = self.entries()
+            total = sum(entry.size_bytes for entry in entries)
+            for entry in sorted(entries, key=lambda e: e.last_used):
+                if total <= limit:
+                    break
+                if entry.hash not in keep and self._remove_unused(entry.hash):
+                    total -= entry.size_bytes
+                    evicted.append(entry.hash)
+            if total > limit:
+                log.warning("dataset cache %s holds %d bytes, over its %d-byte bound: the rest is in use",
+                            self.root, total, limit)
+        return evicted
+
+    def _evict(self, keep: str) -> None:
+        if self.max_bytes is not None:
+            self.evict(keep=[keep])
+
+    def _remove_unused(self, content_hash: str) -> bool:
+        lock = UseLock(self._lock_path(f"{content_hash}.use"))
+        if not lock.try_exclusive():
+            return False
+        try:
+            plans = []
+            for plan_folder in (self.root / "plans").glob("*"):
+                try:
+                    if json.loads((plan_folder / "plan.json").read_text())["dataset_hash"] == content_hash:
+                        plans.append(plan_folder)
+                except (OSError, ValueError, KeyError):
+                    continue
+            trash = self._new_tmp()
+            for i, path in enumerate([self._data(content_hash), self.root / "layouts" / content_hash, *plans]):
+                if path.exists():
+                    os.rename(path, trash / str(i))
+            shutil.rmtree(trash, ignore_errors=True)
+            for plan_folder in plans:
+                self._plans.pop(plan_folder.name, None)
+        finally:
+            lock.release()
+        return True
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _new_tmp(self) -> Path:
+        tmp_root = self.root / "tmp"
+        tmp_root.mkdir(parents=True, exist_ok=True)
+        cutoff = time.time() - _STALE_TMP_SECONDS
+        for entry in tmp_root.iterdir():  # left by processes that died mid-download
+            try:
+                if entry.stat().st_mtime < cutoff:
+                    shutil.rmtree(entry, ignore_errors=True)
+            except FileNotFoundError:
+                pass
+        path = tmp_root / f"{os.getpid()}-{uuid.uuid4().hex}"
+        path.mkdir()
+        return path
+
+    def _replace(self, target: Path, new: Path, also_remove: Iterable[Path] = ()) -> None:
+        """Put folder `new` at `target` atomically; processes that mapped the old files keep reading them."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        trash = self._new_tmp()
+        for i, path in enumerate([target, *also_remove]):
+            if path.exists():
+                os.rename(path, trash / str(i))
+        os.rename(new, target)
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def _marker_ok(folder: Path, key: str, required: Iterable[str]) -> bool:
+    """True when `folder`'s marker is for `key`, lists `required`, and every listed file has its size and mtime."""
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    files = marker.get("files") if isinstance(marker, dict) else None
+    if marker.get("key") != key or not isinstance(files, dict) or not set(required) <= set(files):
+        return False
+    for name, expected in files.items():
+        try:
+            stat = os.stat(folder / name)
+        except OSError:
+            return False
+        if [stat.st_size, stat.st_mtime_ns] != expected:
+            return False
+    return True
+
+
+def _write_marker(folder: Path, key: str, names: Iterable[str]) -> None:
+    files = {}
+    for name in names:
+        stat = os.stat(folder / name)
+        files[name] = [stat.st_size, stat.st_mtime_ns]
+    tmp = folder / f".{MARKER}.{uuid.uuid4().hex}"
+    tmp.write_text(json.dumps({"key": key, "files": files, "verified_at": time.time()}))
+    os.replace(tmp, folder / MARKER)
+
+
+def _map_arrays(folder: Path, info: DatasetInfo) -> dict[str, np.ndarray]:
+    arrays = {}
+    for name in info.arrays:
+        array = np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+        if array.dtype != info.dtype(name) or array.shape != info.shape(name):
+            raise DatasetCorruptedError(f"cached array {name!r} of {info.ref} has the wrong dtype or shape")
+        arrays[name] = array
+    return arrays
+
+
+def _rehash_matches(folder: Path, info: DatasetInfo) -> bool:
+    try:
+        return hash_arrays(_map_arrays(folder, info)) == info.hash
+    except (OSError, ValueError, DatasetCorruptedError):
+        return False
+
+
+def _folder_size(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
