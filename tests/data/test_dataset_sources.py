@@ -1,0 +1,101 @@
+"""Ways in: files, DataFrames and scikit-learn's bundled datasets; ensure_dataset for study sources."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tlsearch.data import (BUILTINS, DatasetExistsError, DatasetNotFoundError, DatasetValidationError,
+                           arrays_from_frame, ensure_dataset, push_source, read_source)
+
+
+@pytest.fixture
+def frame():
+    return pd.DataFrame({"age": [31, 45, 27, 60], "income": [2.5, 3.1, np.nan, 4.0], "member": [True, False, True, True],
+                         "customer": ["c1", "c2", "c1", "c3"], "weight": [1.0, 0.5, 1.0, 2.0],
+                         "churned": ["no", "yes", "no", "yes"]})
+
+
+def test_csv_and_parquet_choose_feature_label_and_group_columns(store, frame, tmp_path):
+    frame.to_csv(tmp_path / "churn.csv", index=False)
+    frame.to_parquet(tmp_path / "churn.parquet")
+    infos = [push_source(store, f"churn-{kind}", tmp_path / f"churn.{kind}", features="age,income,member",
+                         label="churned", groups="customer", sample_weight="weight") for kind in ("csv", "parquet")]
+    assert infos[0].hash == infos[1].hash
+    info = infos[0]
+    assert info.metadata["feature_names"] == ["age", "income", "member"]
+    assert info.metadata["class_names"] == ["no", "yes"] and info.metadata["source"] == "file:churn.csv"
+    assert info.arrays["X"] == {"dtype": "<f8", "shape": [4, 3]}
+    arrays, _ = read_source(tmp_path / "churn.csv", features="age,income,member", label="churned", groups="customer",
+                            sample_weight="weight")
+    np.testing.assert_array_equal(arrays["y"], [0, 1, 0, 1])
+    np.testing.assert_array_equal(arrays["groups"], [0, 1, 0, 2])
+    assert np.isnan(arrays["X"][2, 1])
+
+
+def test_default_columns_are_the_last_as_label_and_the_rest_as_features(tmp_path):
+    pd.DataFrame({"a": [1, 2], "b": [3.0, 4.0], "target": [0, 1]}).to_csv(tmp_path / "t.csv", index=False)
+    arrays, metadata = read_source(tmp_path / "t.csv")
+    assert metadata["feature_names"] == ["a", "b"] and metadata["label"] == "target"
+    np.testing.assert_array_equal(arrays["X"], [[1, 3], [2, 4]])
+
+
+def test_non_numeric_features_and_missing_labels_are_named(frame):
+    with pytest.raises(DatasetValidationError, match=r"feature column\(s\) 'customer' \((object|str)\).* not numeric"):
+        arrays_from_frame(frame, label="churned")
+    with pytest.raises(DatasetValidationError, match=r"label column 'income' has 1 missing value\(s\) \(first at row 2\)"):
+        arrays_from_frame(frame, features=["age"], label="income")
+    with pytest.raises(DatasetValidationError, match=r"no label column 'nope' \(columns: age, income"):
+        arrays_from_frame(frame, label="nope")
+
+
+def test_npz_and_npy_files(store, tmp_path):
+    X, y = np.arange(12.0).reshape(4, 3), np.array([0, 1, 0, 1])
+    np.savez(tmp_path / "plain.npz", X=X, y=y)
+    np.savez(tmp_path / "renamed.npz", data=X, target=y)
+    np.save(tmp_path / "table.npy", np.column_stack([X, y]))
+    hashes = {push_source(store, "plain", tmp_path / "plain.npz").hash,
+              push_source(store, "renamed", tmp_path / "renamed.npz", features="data", label="target").hash,
+              push_source(store, "table", tmp_path / "table.npy").hash}
+    assert len(hashes) == 2  # the .npy table has float labels
+    arrays, _ = read_source(tmp_path / "table.npy", features="0,2", label="3")
+    np.testing.assert_array_equal(arrays["X"], X[:, [0, 2]])
+
+    np.save(tmp_path / "flat.npy", y)
+    with pytest.raises(DatasetValidationError, match="2-D table"):
+        read_source(tmp_path / "flat.npy")
+    np.savez(tmp_path / "objects.npz", X=np.array([None, {}], dtype=object), y=y[:2])
+    with pytest.raises(DatasetValidationError, match="'X' in objects.npz is an object array.*pickle"):
+        read_source(tmp_path / "objects.npz")
+    with pytest.raises(DatasetValidationError, match="has no array 'X'"):
+        read_source(tmp_path / "renamed.npz")
+    assert not any(info.name == "objects" for info in store.list())
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_builtin_sources(name):
+    arrays, metadata = read_source(f"sklearn:{name}")
+    assert len(arrays["X"]) == len(arrays["y"]) > 100 and metadata["class_names"]
+
+
+def test_ensure_dataset_pushes_once_then_transfers_nothing(store, tmp_path):
+    info = ensure_dataset(store, "sklearn:iris")
+    assert info.ref == "iris@1"
+    sent = store.stats.bytes_sent
+    assert ensure_dataset(store, "sklearn:iris").ref == "iris@1" and store.stats.bytes_sent == sent
+    assert ensure_dataset(store, "iris").hash == info.hash
+    assert ensure_dataset(store, "iris@1").hash == info.hash
+
+    path = tmp_path / "my data.csv"
+    pd.DataFrame({"a": [1, 2, 3], "y": [0, 1, 0]}).to_csv(path, index=False)
+    assert ensure_dataset(store, str(path)).ref == "my_data@1"
+    pd.DataFrame({"a": [1, 2, 4], "y": [0, 1, 0]}).to_csv(path, index=False)
+    with pytest.raises(DatasetExistsError, match="--new-version"):
+        ensure_dataset(store, str(path))
+    with pytest.raises(DatasetNotFoundError, match="no dataset 'unknown'"):
+        ensure_dataset(store, "unknown")
+    with pytest.raises(DatasetNotFoundError, match="no file"):
+        ensure_dataset(store, str(tmp_path / "missing.csv"))
+    with pytest.raises(DatasetValidationError, match="sklearn:digits"):
+        ensure_dataset(store, "sklearn:mnist")
