@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import dask
 import distributed
+from distributed.comm import get_address_host
 
 from tlsearch.errors import TLSearchError
 from tlsearch.stores import Stores, require_shared
@@ -55,7 +56,7 @@ def workers_are_remote(client: distributed.Client) -> bool:
     here = {"127.0.0.1", "localhost", socket.gethostname()}
     with contextlib.suppress(OSError):
         here.update(socket.gethostbyname_ex(socket.gethostname())[2])
-    hosts = {distributed.utils.get_address_host(address) for address in client.scheduler_info()["workers"]}
+    hosts = {get_address_host(address) for address in client.scheduler_info()["workers"]}
     return not hosts <= here
 
 

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import distributed
@@ -25,7 +26,7 @@ from tlsearch import cluster
 from tlsearch.errors import TLSearchError
 from tlsearch.progress import Progress
 from tlsearch.stores import Stores
-from tlsearch.trial_task import TrialJob, TrialOutcome, run_trial, trial_seed
+from tlsearch.trial_task import TrialJob, TrialOutcome, pack_spec, run_trial, trial_seed
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +180,9 @@ def _fail_and_retry(study: optuna.Study, trial_id: int, error: dict, retries: in
             return
     except optuna.exceptions.UpdateFinishedTrialError:
         return  # someone else finished or failed it first
-    RetryHeartbeatStaleTrialCallback(max_retry=retries)(study, storage.get_trial(trial_id))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        RetryHeartbeatStaleTrialCallback(max_retry=retries)(study, storage.get_trial(trial_id))
 
 
 class _Dispatcher:
@@ -203,7 +206,7 @@ class _Dispatcher:
     def run(self) -> None:
         client = self.client
         client.register_plugin(cluster.DatasetPrefetch(self.stores, self.dataset_ref))
-        self.spec_future = client.scatter(self.spec, broadcast=True, hash=False)
+        self.spec_future = client.scatter(pack_spec(self.spec), broadcast=True)
         link = cluster.dashboard_link(client)
         self.progress.note(f"study {self.study.study_name!r} in {self.stores.describe()}; "
                            f"{self.parallelism} trials at a time" + (f"; Dask dashboard: {link}" if link else ""))
@@ -259,7 +262,10 @@ class _Dispatcher:
             self.progress.note(f"stopping: {self.failed_in_a_row} trials failed in a row; last: {self.last_error}")
 
     def _submit(self) -> None:
-        trial = self.study.ask()
+        with warnings.catch_warnings():
+            # Optuna suggests Study.optimize for heartbeats; here the driver beats for every trial in flight.
+            warnings.filterwarnings("ignore", message="Heartbeat of storage")
+            trial = self.study.ask()
         job = TrialJob(self.stores, self.study.study_name, trial._trial_id, trial.number, self.dataset_ref,
                        self.dataset_hash, self.fold_plan_hash,
                        trial_seed(self.spec.seed, self.study.study_name, trial.number))

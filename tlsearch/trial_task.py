@@ -86,10 +86,30 @@ def _reseed(obj, seed: int, seen: set[int]) -> None:
             _reseed(value, seed + 1, seen)
 
 
-def run_trial(job: TrialJob, spec) -> TrialOutcome:
-    """Evaluate `job`'s trial with the study definition `spec`; never raises for a trial's own failure."""
+def pack_spec(spec) -> bytes:
+    """The study definition as bytes for the workers.
+
+    cloudpickle, explicitly: the functions of a study file live in a module the workers cannot import,
+    and Dask's serializer would otherwise pickle them by reference.
+    """
+    import cloudpickle
+
+    return cloudpickle.dumps(spec)
+
+
+@functools.lru_cache(maxsize=4)
+def _unpack_spec(payload: bytes):
+    import cloudpickle
+
+    return cloudpickle.loads(payload)
+
+
+def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
+    """Evaluate `job`'s trial with the study definition packed by `pack_spec`; never raises for a trial's
+    own failure."""
     from tlsearch import cv
 
+    spec = _unpack_spec(spec_payload)
     started = time.perf_counter()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     storage = job.stores.study_storage()

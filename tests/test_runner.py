@@ -1,0 +1,208 @@
+"""The driver on a real Dask LocalCluster: dispatch, distinct sampling, and the faults it must survive.
+
+Trials here are tiny CustomLoop functions on iris, so what is tested is the engine, not the models.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tlsearch import runner
+from tlsearch.errors import TLSearchError
+from tlsearch.stores import Stores, require_shared
+from tlsearch.study import load_study_file
+
+pytestmark = pytest.mark.timeout(300)
+
+STUDY_FILE = '''
+import os, time
+import optuna
+import tlsearch
+
+def space(trial):
+    return {{"x": trial.suggest_float("x", -10, 10), "y": trial.suggest_int("y", 0, 100)}}
+
+def fit(params, fold, report):
+    {body}
+    time.sleep({sleep})
+    report(float(fold.index), 0)
+    return -(params["x"] - 2) ** 2 + fold.index * 0.01
+
+study = tlsearch.StudySpec(
+    name="engine", dataset="sklearn:iris", space=space, model=tlsearch.CustomLoop(fit),
+    cv=3, direction="maximize", n_trials={n_trials}, retries=2,
+    sampler=optuna.samplers.RandomSampler(seed=7), pruner=optuna.pruners.NopPruner())
+'''
+
+
+def write_study(tmp_path, n_trials=6, sleep=0.0, body="pass", name="study.py"):
+    path = tmp_path / name
+    path.write_text(STUDY_FILE.format(n_trials=n_trials, sleep=sleep, body=body))
+    return path
+
+
+def count(study, state):
+    return len(study.get_trials(deepcopy=False, states=(state,)))
+
+
+def test_local_run_reaches_target_with_distinct_reproducible_params(tmp_path):
+    spec = load_study_file(write_study(tmp_path, n_trials=8))
+    first = runner.run(spec, stores=Stores(home=tmp_path / "a"), n_workers=2, progress="off")
+    assert count(first, TrialState.COMPLETE) == 8
+    params = [tuple(t.params.values()) for t in first.trials]
+    assert len(set(params)) == 8, "concurrent workers drew the same parameters"
+    trial = first.best_trial
+    assert {f"split{k}_test_score" for k in range(3)} <= set(trial.user_attrs)
+
+    again = runner.run(spec, stores=Stores(home=tmp_path / "b"), n_workers=2, progress="off")
+    by_number = lambda study: {t.number: t.params for t in study.trials}
+    assert by_number(again) == by_number(first), "the same study and seed must draw the same parameters"
+
+
+def test_rerun_counts_existing_trials_toward_the_target(tmp_path):
+    spec = load_study_file(write_study(tmp_path, n_trials=3))
+    stores = Stores(home=tmp_path)
+    runner.run(spec, stores=stores, n_workers=1, progress="off")
+    study = runner.run(spec, stores=stores, n_workers=1, n_trials=5, progress="off", resume=True)
+    assert count(study, TrialState.COMPLETE) == 5
+    assert [t.number for t in study.trials] == list(range(5))
+
+
+def test_mongo_run_and_stop_flag(tmp_path, mongo_uri, mongo_db_name):
+    spec = load_study_file(write_study(tmp_path, n_trials=4))
+    stores = Stores(mongo_uri, mongo_db_name, tmp_path)
+    study = runner.run(spec, stores=stores, n_workers=2, progress="off")
+    assert count(study, TrialState.COMPLETE) == 4
+    runner.request_stop(stores, "engine")
+    study = runner.run(spec, stores=stores, n_workers=2, n_trials=6, progress="off")
+    assert count(study, TrialState.COMPLETE) == 6, "a new run clears an earlier stop request"
+
+
+def test_worker_killed_mid_trial_is_failed_and_retried(tmp_path):
+    marker = tmp_path / "killed-once"
+    body = (f"if fold.index == 1 and not os.path.exists({str(marker)!r}):\n"
+            f"        open({str(marker)!r}, 'w').close(); os.kill(os.getpid(), 9)")
+    spec = load_study_file(write_study(tmp_path, n_trials=5, body=body))
+    study = runner.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
+    assert marker.exists()
+    assert count(study, TrialState.COMPLETE) == 5
+    failed = study.get_trials(states=(TrialState.FAIL,))
+    assert len(failed) == 1 and failed[0].user_attrs["error_type"] == "WorkerLost"
+    retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == failed[0].number]
+    assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
+    assert retries[0].params == failed[0].params
+
+
+def test_user_error_fails_the_trial_with_its_message_and_the_study_goes_on(tmp_path):
+    body = "if params['y'] % 2: raise ValueError('odd y is not allowed')"
+    spec = load_study_file(write_study(tmp_path, n_trials=4, body=body))
+    study = runner.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
+    assert count(study, TrialState.COMPLETE) == 4
+    for trial in study.get_trials(states=(TrialState.FAIL,)):
+        assert trial.user_attrs["error_type"] == "ValueError"
+        assert "odd y" in trial.user_attrs["error_message"]
+        assert "failed_trial" not in trial.system_attrs  # a trial's own error is not retried
+
+
+def _driver(tmp_path, study_file, *args):
+    command = [sys.executable, "-m", "tlsearch", "run", str(study_file), "--home", str(tmp_path / "home"),
+               "--workers", "2", "--progress", "log", "--no-report", *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _wait_for_complete(load, n, process, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read()
+        try:
+            if count(load(), TrialState.COMPLETE) >= n:
+                return
+        except (KeyError, TLSearchError):
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"fewer than {n} trials completed in {timeout} s")
+
+
+def _kill_group(process):
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def test_driver_killed_then_resumed_reaches_target(tmp_path, mongo_uri, mongo_db_name):
+    study_file = write_study(tmp_path, n_trials=8, sleep=0.4)
+    process = _driver(tmp_path, study_file, "--mongo", mongo_uri, "--database", mongo_db_name)
+    stores = Stores(mongo_uri, mongo_db_name, tmp_path / "home", heartbeat_interval=1, grace_period=2)
+    try:
+        _wait_for_complete(lambda: runner.load(stores, "engine"), 2, process)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    finally:
+        _kill_group(process)
+    left_running = [t.number for t in runner.load(stores, "engine").trials if t.state == TrialState.RUNNING]
+    time.sleep(2.5)  # past the grace period
+    study = runner.run(load_study_file(study_file), stores=stores, n_workers=2, progress="off", resume=True)
+    assert count(study, TrialState.COMPLETE) == 8
+    for number in left_running:
+        assert study.trials[number].state == TrialState.FAIL
+        assert study.trials[number].user_attrs["error_type"] == "DriverLost"
+
+
+def test_mongo_restart_mid_study_loses_and_duplicates_nothing(tmp_path, persistent_mongo_server):
+    study_file = write_study(tmp_path, n_trials=6, sleep=0.3)
+    uri = persistent_mongo_server.uri
+    process = _driver(tmp_path, study_file, "--mongo", uri)
+    stores = Stores(uri, "tlsearch", tmp_path / "home")
+    try:
+        _wait_for_complete(lambda: runner.load(stores, "engine"), 2, process)
+        persistent_mongo_server.restart()
+        output, _ = process.communicate(timeout=180)
+    finally:
+        _kill_group(process)
+    assert process.returncode == 0, output
+    study = optuna.load_study(study_name="engine", storage=Stores(uri, "tlsearch", tmp_path).study_storage())
+    assert count(study, TrialState.COMPLETE) >= 6
+    assert [t.number for t in study.trials] == list(range(len(study.trials)))
+
+
+def test_ctrl_c_finishes_running_trials_and_the_study_resumes(tmp_path):
+    study_file = write_study(tmp_path, n_trials=10, sleep=0.3)
+    process = _driver(tmp_path, study_file)
+    stores = Stores(home=tmp_path / "home")
+    try:
+        _wait_for_complete(lambda: runner.load(stores, "engine"), 2, process)
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        _kill_group(process)
+    assert process.returncode == 0, output
+    assert "best trial" in output
+    study = runner.load(stores, "engine")
+    assert count(study, TrialState.RUNNING) == 0
+    assert count(study, TrialState.COMPLETE) < 10
+    study = runner.run(load_study_file(study_file), stores=stores, n_workers=2, progress="off", resume=True)
+    assert count(study, TrialState.COMPLETE) == 10
+
+
+def test_local_store_with_remote_cluster_is_refused():
+    with pytest.raises(TLSearchError, match="MongoDB"):
+        require_shared(Stores(), remote_cluster=True)
+    require_shared(Stores("mongodb://db:27017"), remote_cluster=True)
+
+
+def test_resume_of_a_missing_study_says_so(tmp_path):
+    spec = load_study_file(write_study(tmp_path))
+    with pytest.raises(TLSearchError, match="no study named 'engine'"):
+        runner.run(spec, stores=Stores(home=tmp_path), n_workers=1, progress="off", resume=True)
