@@ -17,7 +17,7 @@ from tlsearch.errors import TLSearchError
 _logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-CONNECT_TIMEOUT_S = 4.0  # a server that is not there is reported within this (plus a little)
+CONNECT_TIMEOUT_S = 3.0  # a server that is not there is reported within this (plus a little)
 RETRY_WINDOW_S = 30.0  # how long an operation keeps retrying while the connection is lost
 
 # Server errors that mean "try again" (shutting down, stepping down, not yet primary).
@@ -69,7 +69,7 @@ def connect(uri: str) -> pymongo.MongoClient:
         raise MongoUnavailableError(f"cannot reach MongoDB at {mask_uri(uri)}: {scrub(str(exc), uri)}") from None
     except OperationFailure as exc:
         client.close()
-        raise MongoUnavailableError(f"MongoDB at {mask_uri(uri)} refused us: {scrub(str(exc), uri)}") from None
+        raise MongoUnavailableError(f"MongoDB at {mask_uri(uri)} refused the connection: {scrub(str(exc), uri)}") from None
     return client
 
 

@@ -73,7 +73,7 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
             ``optuna.storages.RetryHeartbeatStaleTrialCallback()``.
 
     Raises:
-        MongoUnavailableError: the server cannot be reached (within about 4 seconds).
+        MongoUnavailableError: the server cannot be reached (said within about 3 seconds).
         ValueError: the URI is invalid, or a heartbeat setting is not a positive number.
     """
 
@@ -536,12 +536,14 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
             cache.merge(documents, codec.decode_trial)
             cache.loaded = True
             return
+        unfinished, window = cache.ids_to_refresh()
+        ids = unfinished + list(window)
         while True:
-            unfinished, window = cache.ids_to_refresh()
-            ids = unfinished + list(window)
             documents = self._retrying(lambda c: list(c.trials.find({"_id": {"$in": ids}})))
             if not cache.merge(documents, codec.decode_trial, window):
                 return
+            _, window = cache.ids_to_refresh()  # a full window: more new trials may follow
+            ids = list(window)
 
     # Heartbeats (on the server's clock)
 

@@ -1,0 +1,231 @@
+"""Benchmark: MongoStorage against Optuna's RDBStorage (SQLite) and JournalStorage (file), side by side.
+
+    python bench/storage.py [--quick] [--repeat N]
+
+Starts its own MongoDB test server (tlsearch.testing.TestMongoServer) unless TLSEARCH_TEST_MONGO_URI is set.
+Measures, for each storage, in one run:
+- throughput with TPE (3 suggests + 5 reports per trial) on one study, with 1 process and with 4;
+- storage cost per trial (time spent inside storage calls) with the random sampler, over the first 100 and
+  the last 100 of 2,000 trials: a storage whose cost grows with the study's size shows it here.
+Prints one table; ratios say how many times better MongoStorage is (higher throughput, lower cost).
+Each storage first runs an unmeasured warm-up study (the test server is a JVM that compiles hot code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+from optuna.storages import BaseStorage
+
+KINDS = ("mongo", "sqlite", "journal")
+LABELS = {"mongo": "MongoStorage", "sqlite": "RDBStorage(SQLite)", "journal": "JournalStorage(file)"}
+
+
+def objective(trial: optuna.Trial) -> float:
+    x = trial.suggest_float("x", -10, 10)
+    y = trial.suggest_int("y", 0, 10)
+    kind = trial.suggest_categorical("kind", ["a", "b", "c"])
+    for step in range(5):
+        trial.report(x * x + step, step)
+    return x * x + y + (kind == "b")
+
+
+def open_storage(kind: str, where: str, database: str) -> BaseStorage:
+    """A fresh storage object of `kind` (what each process builds for itself)."""
+    if kind == "mongo":
+        from tlsearch.storage import MongoStorage
+
+        return MongoStorage(where, database)
+    if kind == "sqlite":
+        return optuna.storages.RDBStorage(f"sqlite:///{where}/{database}.sqlite3")
+    if kind == "journal":
+        from optuna.storages.journal import JournalFileBackend
+
+        return optuna.storages.JournalStorage(JournalFileBackend(f"{where}/{database}.journal"))
+    raise ValueError(f"unknown storage kind {kind!r}")
+
+
+def _worker(kind: str, where: str, database: str, study_name: str, n_trials: int, seed: int, barrier) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(
+        study_name=study_name, storage=open_storage(kind, where, database),
+        sampler=optuna.samplers.TPESampler(seed=seed),
+    )
+    barrier.wait()
+    study.optimize(objective, n_trials=n_trials)
+
+
+def tpe_throughput(kind: str, where: str, database: str, n_trials: int, n_processes: int) -> float:
+    """Trials per second of n_processes processes optimizing one study with TPE (process start-up excluded)."""
+    study_name = f"tpe-{n_processes}"
+    storage = open_storage(kind, where, database)
+    optuna.create_study(study_name=study_name, storage=storage)
+    if n_processes == 1:
+        study = optuna.load_study(study_name=study_name, storage=storage, sampler=optuna.samplers.TPESampler(seed=0))
+        start = time.perf_counter()
+        study.optimize(objective, n_trials=n_trials)
+        return n_trials / (time.perf_counter() - start)
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(n_processes + 1)
+    shares = [n_trials // n_processes + (i < n_trials % n_processes) for i in range(n_processes)]
+    processes = [
+        context.Process(target=_worker, args=(kind, where, database, study_name, share, seed, barrier))
+        for seed, share in enumerate(shares)
+    ]
+    for process in processes:
+        process.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for process in processes:
+        process.join()
+    elapsed = time.perf_counter() - start
+    if any(process.exitcode for process in processes):
+        raise RuntimeError(f"a {kind} worker failed")
+    done = len(optuna.load_study(study_name=study_name, storage=storage).get_trials(deepcopy=False))
+    return done / elapsed
+
+
+class TimedStorage(BaseStorage):
+    """Forwards every call to a storage, adding up the seconds spent inside it."""
+
+    def __init__(self, inner: BaseStorage) -> None:
+        self.inner = inner
+        self.seconds = 0.0
+
+
+def _timed(name: str) -> Callable:
+    def method(self: TimedStorage, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return getattr(self.inner, name)(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    method.__name__ = name
+    return method
+
+
+for _name in [n for n in dir(BaseStorage) if not n.startswith("__")] + ["_get_stale_trial_ids"]:
+    if callable(getattr(BaseStorage, _name, None)) or _name == "_get_stale_trial_ids":
+        setattr(TimedStorage, _name, _timed(_name))
+TimedStorage.__abstractmethods__ = frozenset()
+
+
+def storage_cost(kind: str, where: str, database: str, n_trials: int, n_edge: int) -> tuple[float, float]:
+    """Milliseconds of storage time per trial (random sampler) over the first and the last n_edge trials."""
+    inner = open_storage(kind, where, database)
+    if isinstance(inner, optuna.storages.RDBStorage):
+        inner = optuna.storages._CachedStorage(inner)  # what Optuna itself wraps an RDBStorage in
+    storage = TimedStorage(inner)
+    study = optuna.create_study(study_name="cost", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
+    per_trial: list[float] = []
+    last = [0.0]
+
+    def record(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        per_trial.append(storage.seconds - last[0])
+        last[0] = storage.seconds
+
+    study.optimize(objective, n_trials=n_trials, callbacks=[record])
+    return 1000 * statistics.fmean(per_trial[:n_edge]), 1000 * statistics.fmean(per_trial[-n_edge:])
+
+
+def warm_up(kind: str, where: str, n_trials: int) -> None:
+    storage = open_storage(kind, where, "warmup")
+    study = optuna.create_study(storage=storage, sampler=optuna.samplers.RandomSampler(seed=1))
+    study.optimize(objective, n_trials=n_trials)
+
+
+def run(uri: str, args: argparse.Namespace, scratch: Path) -> dict[tuple[str, str], float]:
+    results: dict[tuple[str, str], list[float]] = {}
+    for repeat in range(args.repeat):
+        for kind in KINDS:
+            where = uri if kind == "mongo" else str(scratch)
+            database = f"bench_{os.getpid()}_{repeat}"
+            if repeat == 0:
+                warm_up(kind, where, args.warmup)
+            measures = {
+                "tpe1": lambda: tpe_throughput(kind, where, database + "_t1", args.tpe_trials, 1),
+                f"tpe{args.processes}": lambda: tpe_throughput(
+                    kind, where, database + "_tn", args.tpe_trials, args.processes
+                ),
+            }
+            for key, measure in measures.items():
+                results.setdefault((kind, key), []).append(measure())
+                print(f"  {LABELS[kind]:22} {key}: {results[(kind, key)][-1]:.1f} trials/s", file=sys.stderr, flush=True)
+            first, last = storage_cost(kind, where, database + "_c", args.cost_trials, args.edge)
+            results.setdefault((kind, "first"), []).append(first)
+            results.setdefault((kind, "last"), []).append(last)
+            print(f"  {LABELS[kind]:22} cost: first {first:.2f} ms, last {last:.2f} ms", file=sys.stderr, flush=True)
+            if kind == "mongo":
+                import pymongo
+
+                client = pymongo.MongoClient(uri)
+                for name in client.list_database_names():
+                    if name.startswith(f"bench_{os.getpid()}") or name == "warmup":
+                        client.drop_database(name)
+                client.close()
+    return {key: statistics.median(values) for key, values in results.items()}
+
+
+def print_table(figures: dict[tuple[str, str], float], args: argparse.Namespace) -> None:
+    n, p, c, e = args.tpe_trials, args.processes, args.cost_trials, args.edge
+    rows = [
+        (f"TPE, {n} trials, 1 process (trials/s)", "tpe1", True),
+        (f"TPE, {n} trials, {p} processes (trials/s)", f"tpe{p}", True),
+        (f"random, storage ms/trial, first {e} of {c}", "first", False),
+        (f"random, storage ms/trial, last {e} of {c}", "last", False),
+    ]
+    header = ["", *(LABELS[kind] for kind in KINDS)]
+    lines = [header, ["---", *["---:"] * len(KINDS)]]
+    for label, key, higher_is_better in rows:
+        mongo = figures[("mongo", key)]
+        cells = [label, f"{mongo:.1f}" if higher_is_better else f"{mongo:.2f}"]
+        for kind in KINDS[1:]:
+            value = figures[(kind, key)]
+            ratio = mongo / value if higher_is_better else value / mongo
+            cells.append(f"{value:.1f} (×{ratio:.2f})" if higher_is_better else f"{value:.2f} (×{ratio:.2f})")
+        lines.append(cells)
+    growth = ["last / first"]
+    for kind in KINDS:
+        growth.append(f"{figures[(kind, 'last')] / figures[(kind, 'first')]:.2f}")
+    lines.append(growth)
+    for cells in lines:
+        print("| " + " | ".join(cells) + " |")
+    print(
+        f"\n(×N: MongoStorage is N times better than that storage: throughput MongoStorage/other, cost other/MongoStorage;"
+        f" medians of {args.repeat} run(s); machine: {os.cpu_count()} cores)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="example: python bench/storage.py --quick")
+    parser.add_argument("--quick", action="store_true", help="a smaller run (100 TPE trials, 500 random trials)")
+    parser.add_argument("--repeat", type=int, default=1, help="repeat the whole run N times and report medians")
+    parser.add_argument("--processes", type=int, default=4, help="processes for the parallel TPE run (default 4)")
+    args = parser.parse_args(argv)
+    args.tpe_trials, args.cost_trials, args.edge, args.warmup = (100, 500, 50, 300) if args.quick else (500, 2000, 100, 1000)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    from tlsearch.testing import TestMongoServer, test_mongo_uri
+
+    with tempfile.TemporaryDirectory(prefix="tlsearch-bench-") as scratch:
+        uri = test_mongo_uri()
+        if uri:
+            figures = run(uri, args, Path(scratch))
+        else:
+            with TestMongoServer() as uri:
+                figures = run(uri, args, Path(scratch))
+    print_table(figures, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

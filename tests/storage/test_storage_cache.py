@@ -1,0 +1,123 @@
+"""The client-side cache: each call reads what changed (new and unfinished trials), not the whole study.
+
+Judged by the documents each call reads from the server, which do not depend on the server or the machine.
+"""
+
+from __future__ import annotations
+
+import optuna
+import pymongo
+import pytest
+from optuna.study import StudyDirection
+from optuna.trial import TrialState
+from pymongo import monitoring
+
+from tlsearch.storage import MongoStorage
+
+
+class DocumentsRead(monitoring.CommandListener):
+    """Counts the documents the server returns to find and getMore commands, and the commands sent."""
+
+    def __init__(self) -> None:
+        self.documents = 0
+        self.commands = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.commands += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        cursor = event.reply.get("cursor", {})
+        self.documents += len(cursor.get("firstBatch", cursor.get("nextBatch", [])))
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+    def take(self) -> tuple[int, int]:
+        """(documents, commands) since the last take."""
+        counts = self.documents, self.commands
+        self.documents = self.commands = 0
+        return counts
+
+
+@pytest.fixture
+def counted(mongo_uri, mongo_db_name):
+    listener = DocumentsRead()
+    client = pymongo.MongoClient(mongo_uri, event_listeners=[listener])
+    yield MongoStorage(client, mongo_db_name), listener
+    client.close()
+
+
+def add_trials(storage: MongoStorage, study_id: int, n: int, state: TrialState = TrialState.COMPLETE) -> list[int]:
+    template = optuna.trial.create_trial(
+        state=state, value=1.0 if state == TrialState.COMPLETE else None,
+        params={"x": 0.5}, distributions={"x": optuna.distributions.FloatDistribution(0, 1)},
+        intermediate_values={0: 1.0, 1: 0.5},
+    )
+    return [storage.create_new_trial(study_id, template) for _ in range(n)]
+
+
+def test_get_all_trials_reads_only_new_and_unfinished_trials(counted, mongo_storage):
+    storage, reads = counted
+    writer = mongo_storage  # another process
+    study_id = writer.create_new_study([StudyDirection.MINIMIZE], "cached")
+    add_trials(writer, study_id, 300)
+    running = add_trials(writer, study_id, 2, TrialState.RUNNING)
+
+    assert len(storage.get_all_trials(study_id)) == 302
+    assert reads.take()[0] == 302 + 1  # the study once, then every trial once
+
+    assert len(storage.get_all_trials(study_id)) == 302
+    assert reads.take() == (2, 1)  # the two unfinished trials, in one query
+
+    writer.set_trial_state_values(running[0], TrialState.COMPLETE, [0.0])
+    add_trials(writer, study_id, 3)
+    trials = storage.get_all_trials(study_id, deepcopy=False)
+    assert reads.take() == (2 + 3, 1)  # the two it knew unfinished, and the three new ones
+    assert [trial.number for trial in trials] == list(range(305))
+    assert trials[300].state == TrialState.COMPLETE
+
+    complete = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE,))
+    assert len(complete) == 304 and reads.take()[0] == 1  # only the one still running
+
+    add_trials(writer, study_id, 500)  # more new trials than one look-ahead window holds
+    assert len(storage.get_all_trials(study_id, deepcopy=False)) == 805
+    documents, commands = reads.take()
+    assert documents == 500 + 1 and commands <= 8
+
+
+def test_finished_trials_are_served_from_the_cache(counted, mongo_storage):
+    storage, reads = counted
+    study_id = mongo_storage.create_new_study([StudyDirection.MINIMIZE])
+    finished, running = add_trials(mongo_storage, study_id, 1) + add_trials(mongo_storage, study_id, 1, TrialState.RUNNING)
+    storage.get_all_trials(study_id)
+    reads.take()
+    assert storage.get_trial(finished).value == 1.0
+    assert reads.take() == (0, 0)
+    assert storage.get_trial(running).state == TrialState.RUNNING  # unfinished: read afresh
+    assert reads.take() == (1, 1)
+
+
+def test_a_trial_finished_here_is_not_read_back(counted):
+    storage, reads = counted
+    study = optuna.create_study(storage=storage)
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=3)
+    reads.take()
+    trial = study.ask()
+    trial.suggest_float("x", 0, 1)
+    study.tell(trial, 0.5)
+    reads.take()
+    assert storage.get_trial(trial._trial_id).state == TrialState.COMPLETE
+    assert study.best_trial.number in range(4)
+    assert reads.take()[0] <= 1  # get_best_trial refreshes: nothing is unfinished, nothing new
+
+
+def test_cached_results_are_not_changed_by_later_writes(mongo_storage):
+    study_id = mongo_storage.create_new_study([StudyDirection.MINIMIZE])
+    trial_id = mongo_storage.create_new_trial(study_id)
+    before = mongo_storage.get_all_trials(study_id, deepcopy=False)
+    snapshot = [trial.state for trial in before]
+    mongo_storage.set_trial_state_values(trial_id, TrialState.COMPLETE, [1.0])
+    mongo_storage.create_new_trial(study_id)
+    after = mongo_storage.get_all_trials(study_id, deepcopy=False)
+    assert [trial.state for trial in before] == snapshot and len(before) == 1
+    assert [trial.state for trial in after] == [TrialState.COMPLETE, TrialState.RUNNING]
