@@ -1,0 +1,304 @@
+"""One trial, k folds (scikit-learn and custom loops; Keras is in test_models.py): results, pruning, failures."""
+
+from __future__ import annotations
+
+import numpy as np
+import optuna
+import pytest
+from optuna.trial import TrialState, create_trial
+from sklearn.datasets import load_digits, load_iris
+from sklearn.dummy import DummyClassifier
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.metrics import make_scorer, mean_absolute_error
+from sklearn.model_selection import KFold, StratifiedKFold, cross_validate
+
+from tlsearch.cv import AutoKFold, describe_failure, evaluate, is_infrastructure_error
+from tlsearch.models import NonFiniteLossError, NonFiniteScoreError, derive_seed
+from tlsearch.pruners import KFoldPruner, fold_scores
+from tlsearch.spaces import InvalidSpaceError
+from tlsearch.study import CustomLoop, SklearnModel, StudySpec
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """Digits as read-only memory-mapped arrays, like a worker's host cache gives them."""
+    folder = tmp_path_factory.mktemp("digits")
+    X, y = load_digits(return_X_y=True)
+    np.save(folder / "X.npy", X)
+    np.save(folder / "y.npy", y)
+    return {"X": np.load(folder / "X.npy", mmap_mode="r"), "y": np.load(folder / "y.npy", mmap_mode="r")}
+
+
+def logistic(params):
+    return LogisticRegression(C=params["C"], max_iter=3000)
+
+
+def run(spec, arrays, study=None, **kwargs):
+    """Ask a trial of an in-memory study, evaluate it, tell the result; return the frozen trial."""
+    study = study or spec.create_study()
+    folds = list(spec.cv.split(arrays["X"], arrays["y"], arrays.get("groups")))
+    trial = study.ask()
+    try:
+        study.tell(trial, evaluate(trial, spec, arrays, folds, **kwargs))
+    except optuna.TrialPruned:
+        study.tell(trial, state=TrialState.PRUNED)
+    return study.trials[trial.number]
+
+
+def test_fold_scores_equal_cross_validate(digits):
+    splitter = StratifiedKFold(4, shuffle=True, random_state=3)
+    spec = StudySpec(name="exact", dataset="sklearn:digits", space={"C": 0.3}, model=SklearnModel(logistic),
+                     cv=splitter, metric="f1_macro", return_train_score=True)
+    trial = run(spec, digits, dataset_hash="d" * 64, fold_plan_hash="f" * 64)
+    expected = cross_validate(LogisticRegression(C=0.3, max_iter=3000), np.asarray(digits["X"]),
+                              np.asarray(digits["y"]), cv=splitter, scoring="f1_macro", return_train_score=True)
+    attrs = trial.user_attrs
+    for k in range(4):
+        assert attrs[f"split{k}_test_score"] == pytest.approx(expected["test_score"][k], abs=1e-12)
+        assert attrs[f"split{k}_train_score"] == pytest.approx(expected["train_score"][k], abs=1e-12)
+        assert attrs[f"split{k}_fit_time"] > 0
+    assert attrs["mean_test_score"] == pytest.approx(np.mean(expected["test_score"]), abs=1e-12)
+    assert attrs["std_test_score"] == pytest.approx(np.std(expected["test_score"]), abs=1e-12)
+    assert attrs["mean_train_score"] == pytest.approx(np.mean(expected["train_score"]), abs=1e-12)
+    assert trial.value == attrs["mean_test_score"]
+    assert attrs["dataset_hash"] == "d" * 64 and attrs["fold_plan_hash"] == "f" * 64
+    assert attrs["n_splits"] == 4 and attrs["n_folds_run"] == 4
+    for key in ("mean_fit_time", "std_fit_time", "mean_score_time", "std_score_time"):
+        assert attrs[key] >= 0
+    running = np.cumsum(expected["test_score"]) / np.arange(1, 5)
+    assert [trial.intermediate_values[k] for k in range(4)] == pytest.approx(running, abs=1e-12)
+
+
+def test_default_scoring_and_callable_scorer_equal_cross_validate():
+    X, y = load_iris(return_X_y=True)
+    splitter = KFold(3, shuffle=True, random_state=0)
+    scorer = make_scorer(mean_absolute_error, greater_is_better=False)
+    spec = StudySpec(name="ridge", dataset="sklearn:iris", space={"alpha": 2.0},
+                     model=SklearnModel(lambda p: Ridge(alpha=p["alpha"])), cv=splitter)
+    trial = run(spec, {"X": X, "y": y})
+    expected = cross_validate(Ridge(alpha=2.0), X, y, cv=splitter)["test_score"]  # scoring=None: estimator.score
+    assert [trial.user_attrs[f"split{k}_test_score"] for k in range(3)] == pytest.approx(expected, abs=1e-12)
+    spec = StudySpec(name="ridge-mae", dataset="sklearn:iris", space={"alpha": 2.0},
+                     model=SklearnModel(lambda p: Ridge(alpha=p["alpha"])), cv=splitter, metric=scorer)
+    trial = run(spec, {"X": X, "y": y})
+    expected = cross_validate(Ridge(alpha=2.0), X, y, cv=splitter, scoring=scorer)["test_score"]
+    assert [trial.user_attrs[f"split{k}_test_score"] for k in range(3)] == pytest.approx(expected, abs=1e-12)
+    assert spec.directions == ("maximize",)
+
+
+def test_multi_objective_names_results_by_metric(digits):
+    splitter = StratifiedKFold(3, shuffle=True, random_state=0)
+    spec = StudySpec(name="multi", dataset="sklearn:digits", space={"C": 0.1}, model=SklearnModel(logistic),
+                     cv=splitter, metric=["accuracy", "neg_log_loss"], direction=["maximize", "maximize"])
+    trial = run(spec, digits)
+    expected = cross_validate(logistic({"C": 0.1}), np.asarray(digits["X"]), np.asarray(digits["y"]), cv=splitter,
+                              scoring=["accuracy", "neg_log_loss"])
+    for name in ("accuracy", "neg_log_loss"):
+        scores = [trial.user_attrs[f"split{k}_test_{name}"] for k in range(3)]
+        assert scores == pytest.approx(expected[f"test_{name}"], abs=1e-12)
+        assert trial.user_attrs[f"mean_test_{name}"] == pytest.approx(np.mean(scores))
+    assert trial.values == [trial.user_attrs["mean_test_accuracy"], trial.user_attrs["mean_test_neg_log_loss"]]
+    assert trial.intermediate_values == {}  # Optuna cannot report or prune multi-objective trials
+
+
+def choose_model(params):
+    return DummyClassifier() if params["model"] == "dummy" else LogisticRegression(C=0.1, max_iter=3000)
+
+
+def test_hopeless_trial_is_pruned_after_its_first_fold(digits):
+    spec = StudySpec(name="prune", dataset="sklearn:digits", model=SklearnModel(choose_model),
+                     space=lambda t: {"model": t.suggest_categorical("model", ["good", "dummy"])},
+                     pruner=KFoldPruner(n_startup_trials=2), cv=4)
+    study = spec.create_study()
+    for model in ("good", "good", "dummy"):
+        study.enqueue_trial({"model": model})
+    good = [run(spec, digits, study) for _ in range(2)]
+    assert all(trial.state == TrialState.COMPLETE for trial in good)
+    hopeless = run(spec, digits, study)
+    assert hopeless.state == TrialState.PRUNED
+    assert list(hopeless.intermediate_values) == [0]
+    attrs = hopeless.user_attrs
+    assert "split0_test_score" in attrs and "split1_test_score" not in attrs
+    assert attrs["n_folds_run"] == 1 and attrs["mean_test_score"] == attrs["split0_test_score"]
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_wilcoxon_pruner_gets_each_fold_score(digits):
+    spec = StudySpec(name="wilcoxon", dataset="sklearn:digits", space={"C": 0.1}, model=SklearnModel(logistic),
+                     pruner=optuna.pruners.WilcoxonPruner(), cv=3)
+    trial = run(spec, digits)
+    assert [trial.intermediate_values[k] for k in range(3)] == [trial.user_attrs[f"split{k}_test_score"]
+                                                                for k in range(3)]
+
+
+class WeightRecorder(LogisticRegression):
+    seen: list = []
+
+    def fit(self, X, y, sample_weight=None):
+        WeightRecorder.seen.append((len(X), None if sample_weight is None else len(sample_weight)))
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
+def test_sample_weight_and_groups_are_used():
+    X, y = load_iris(return_X_y=True)
+    arrays = {"X": X, "y": y, "sample_weight": np.ones(len(y)), "groups": np.arange(len(y)) // 10}
+    spec = StudySpec(name="weights", dataset="sklearn:iris", space={}, cv=3,
+                     model=SklearnModel(lambda p: WeightRecorder(max_iter=1000)))
+    WeightRecorder.seen.clear()
+    run(spec, arrays)
+    assert len(WeightRecorder.seen) == 3 and all(n == w for n, w in WeightRecorder.seen)
+    for train, valid in spec.cv.split(X, y, arrays["groups"]):
+        assert not set(arrays["groups"][train]) & set(arrays["groups"][valid])
+
+
+def test_custom_loop_gets_fold_arrays_and_reports_a_curve(digits):
+    seen = []
+
+    def loop(params, fold, report):
+        seen.append((fold.index, fold.seed, fold.x_train.shape, fold.x_valid.shape, fold.y_train.shape))
+        for epoch in range(3):
+            report(0.1 * epoch, epoch)
+        return float(len(fold.y_valid))
+
+    spec = StudySpec(name="custom", dataset="sklearn:digits", space={}, model=CustomLoop(loop), cv=3)
+    trial = run(spec, digits)
+    assert [index for index, *_ in seen] == [0, 1, 2]
+    assert sum(valid_shape[0] for _, _, _, valid_shape, _ in seen) == 1797
+    assert trial.user_attrs["split1_curve"] == [[0, 0.0], [1, 0.1], [2, 0.2]]
+    assert trial.user_attrs["split1_n_epochs"] == 3
+    assert trial.value == pytest.approx(1797 / 3)
+    assert seen[0][1] == derive_seed(0, "custom", trial.number, 0)  # same study, trial and fold: same seed
+    assert len({s[1] for s in seen}) == 3
+
+
+def test_non_finite_score_fails_the_trial(digits):
+    spec = StudySpec(name="nan", dataset="sklearn:digits", space={}, model=CustomLoop(lambda p, f, r: float("nan")))
+    study = spec.create_study()
+    trial = study.ask()
+    with pytest.raises(NonFiniteScoreError, match="fold 0: test score is nan"):
+        evaluate(trial, spec, digits, list(spec.cv.split(digits["X"], digits["y"])))
+
+
+def test_errors_in_user_code_propagate_and_are_described(digits):
+    def broken_factory(params):
+        raise ValueError("no such kernel: 'rbff'")
+
+    spec = StudySpec(name="broken", dataset="sklearn:digits", space={}, model=SklearnModel(broken_factory))
+    trial = spec.create_study().ask()
+    with pytest.raises(ValueError) as raised:
+        evaluate(trial, spec, digits, list(spec.cv.split(digits["X"], digits["y"])))
+    description = describe_failure(raised.value)
+    assert description["error_type"] == "ValueError"
+    assert description["error_message"] == "no such kernel: 'rbff'"
+    assert description["error_retryable"] is False
+    assert "broken_factory" in description["error_traceback"]
+
+    spec = StudySpec(name="not-a-dict", dataset="sklearn:digits", space=lambda t: 3, model=SklearnModel(logistic))
+    with pytest.raises(InvalidSpaceError, match="returned int"):
+        evaluate(spec.create_study().ask(), spec, digits, [])
+
+
+class ResourceExhaustedError(Exception):
+    """Stands in for tensorflow's out-of-memory error, matched by name so the engine never imports tensorflow."""
+
+
+class KilledWorker(Exception):
+    pass
+
+
+@pytest.mark.parametrize("exc, retryable", [
+    (ConnectionResetError("peer reset"), True),
+    (TimeoutError(), True),
+    (MemoryError(), True),
+    (ResourceExhaustedError("OOM when allocating tensor"), True),
+    (RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"), True),
+    (KilledWorker("worker lost"), True),
+    (ValueError("bad learning rate"), False),
+    (NonFiniteLossError("training loss is nan"), False),
+    (KeyError("units"), False),
+    (optuna.TrialPruned(), False),
+])
+def test_infrastructure_errors_are_retryable(exc, retryable):
+    assert is_infrastructure_error(exc) is retryable
+    assert describe_failure(exc)["error_retryable"] is retryable
+
+
+def test_infrastructure_error_found_in_the_cause_chain():
+    import pymongo.errors
+
+    try:
+        try:
+            raise pymongo.errors.AutoReconnect("connection closed")
+        except pymongo.errors.AutoReconnect as inner:
+            raise RuntimeError("could not save user attribute") from inner
+    except RuntimeError as outer:
+        assert is_infrastructure_error(outer)
+        assert describe_failure(outer)["error_type"] == "RuntimeError"
+    assert describe_failure(pymongo.errors.AutoReconnect("x"))["error_type"] == "pymongo.errors.AutoReconnect"
+
+
+def test_auto_kfold_stratifies_classes_and_plain_splits_continuous_targets():
+    y = np.array([0] * 80 + [1] * 20)
+    X = np.zeros((100, 1))
+    for _, valid in AutoKFold(5).split(X, y):
+        assert np.sum(y[valid] == 1) == 4
+    assert type(AutoKFold(5).splitter_for(y)).__name__ == "StratifiedKFold"
+    assert type(AutoKFold(5).splitter_for(np.linspace(0, 1, 100))).__name__ == "KFold"
+    assert type(AutoKFold(5).splitter_for(np.arange(100.0))).__name__ == "KFold"  # whole-number floats: a target
+    assert type(AutoKFold(5).splitter_for(np.array(["a", "b"] * 50))).__name__ == "StratifiedKFold"
+    assert type(AutoKFold(5).splitter_for(y, groups=np.arange(100) // 5)).__name__ == "StratifiedGroupKFold"
+    assert type(AutoKFold(5).splitter_for(np.linspace(0, 1, 100), np.arange(100))).__name__ == "GroupKFold"
+    assert repr(AutoKFold(3)) == "AutoKFold(n_splits=3, random_state=0, shuffle=True)"
+    first = [valid.tolist() for _, valid in AutoKFold(5).split(X, y)]
+    assert first == [valid.tolist() for _, valid in AutoKFold(5).split(X, y)]
+
+
+def test_fold_scores_are_recovered_from_running_means():
+    scores = np.array([0.9, 0.8, 0.95, 0.7])
+    running = np.cumsum(scores) / np.arange(1, 5)
+    assert fold_scores(dict(enumerate(running)), 3) == pytest.approx(scores)
+    assert fold_scores({0: 0.9, 2: 0.8}, 2) is None
+    assert fold_scores({0: float("nan")}, 0) is None
+
+
+def study_with_complete_trials(direction: str, fold_scores_per_trial: list[list[float]]) -> optuna.Study:
+    study = optuna.create_study(direction=direction, pruner=KFoldPruner(n_startup_trials=3))
+    for scores in fold_scores_per_trial:
+        running = np.cumsum(scores) / np.arange(1, len(scores) + 1)
+        study.add_trial(create_trial(value=float(running[-1]), intermediate_values=dict(enumerate(running))))
+    return study
+
+
+def running_trial(study: optuna.Study, scores: list[float]) -> optuna.trial.FrozenTrial:
+    trial = study.ask()
+    for step, value in enumerate(np.cumsum(scores) / np.arange(1, len(scores) + 1)):
+        trial.report(float(value), step)
+    return study._storage.get_trial(trial._trial_id)
+
+
+def test_kfold_pruner_compares_with_the_best_trial_fold_by_fold():
+    # fold 0 is hard for everyone; fold scores differ from the best's by about 0.02 from fold to fold
+    complete = [[0.80, 0.90, 0.90, 0.90], [0.82, 0.87, 0.88, 0.91], [0.77, 0.91, 0.86, 0.89],
+                [0.70, 0.80, 0.81, 0.80]]
+    study = study_with_complete_trials("maximize", complete)
+    pruner = study.pruner
+    assert not pruner.prune(study, running_trial(study, [0.79]))        # within noise of the best on fold 0
+    assert pruner.prune(study, running_trial(study, [0.60]))            # hopeless after one fold
+    assert not pruner.prune(study, running_trial(study, [0.82, 0.91]))  # better than the best
+    assert pruner.prune(study, running_trial(study, [0.76, 0.86, 0.86]))  # consistently 0.04 worse
+
+    minimized = study_with_complete_trials("minimize", [[-s for s in scores] for scores in complete])
+    assert minimized.pruner.prune(minimized, running_trial(minimized, [-0.60]))
+    assert not minimized.pruner.prune(minimized, running_trial(minimized, [-0.79]))
+
+
+def test_kfold_pruner_waits_for_startup_trials_and_warmup_folds():
+    study = study_with_complete_trials("maximize", [[0.8, 0.9], [0.79, 0.88]])
+    assert not study.pruner.prune(study, running_trial(study, [0.1]))  # 2 complete trials < n_startup_trials=3
+    study = study_with_complete_trials("maximize", [[0.8, 0.9], [0.79, 0.88], [0.78, 0.9]])
+    assert study.pruner.prune(study, running_trial(study, [0.1]))
+    assert not KFoldPruner(n_startup_trials=3, n_warmup_folds=1).prune(study, running_trial(study, [0.1]))
+    with pytest.raises(ValueError):
+        KFoldPruner(n_startup_trials=1)

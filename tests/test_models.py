@@ -1,0 +1,145 @@
+"""Model adapters with Keras (the only test file that imports TensorFlow) and fit_full."""
+
+from __future__ import annotations
+
+import numpy as np
+import optuna
+import pytest
+from optuna.trial import TrialState
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits
+from sklearn.linear_model import LogisticRegression
+
+from search_spaces.mlp import make_mlp
+from search_spaces.optimizers import compile_model
+from tlsearch.cv import describe_failure, evaluate
+from tlsearch.models import NonFiniteLossError, fit_full
+from tlsearch.study import CustomLoop, KerasModel, SklearnModel, StudySpec
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+SMALL_MLP = {"mlp": {"units": [32], "dropout": 0.0, "activation": "relu", "batch_norm": False},
+             "optimizer": {"name": "adam", "learning_rate": 0.01, "weight_decay": None}}
+
+
+def build_mlp(params, input_shape, n_classes):
+    model = make_mlp(params["mlp"], input_shape, n_classes, rescale=1 / 16)
+    return compile_model(model, params["optimizer"], n_classes)
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("digits")
+    X, y = load_digits(return_X_y=True)
+    np.save(folder / "X.npy", X)
+    np.save(folder / "y.npy", y)
+    return {"X": np.load(folder / "X.npy", mmap_mode="r"), "y": np.load(folder / "y.npy", mmap_mode="r")}
+
+
+def run(spec, arrays):
+    study = spec.create_study()
+    trial = study.ask()
+    folds = list(spec.cv.split(arrays["X"], arrays["y"]))
+    study.tell(trial, evaluate(trial, spec, arrays, folds))
+    return study.trials[trial.number]
+
+
+def test_keras_mlp_on_digits_three_folds(digits):
+    spec = StudySpec(name="keras-digits", dataset="sklearn:digits", space=SMALL_MLP,
+                     model=KerasModel(build_mlp, epochs=2, batch_size=32), cv=3, metric="accuracy",
+                     return_train_score=True)
+    trial = run(spec, digits)
+    assert trial.state == TrialState.COMPLETE
+    attrs = trial.user_attrs
+    scores = [attrs[f"split{k}_test_score"] for k in range(3)]
+    assert all(0.6 < score <= 1.0 for score in scores), scores  # 10 classes: chance is 0.1
+    assert [attrs[f"split{k}_n_epochs"] for k in range(3)] == [2, 2, 2]
+    assert all(attrs[f"split{k}_fit_time"] > 0 for k in range(3))
+    assert attrs["mean_test_score"] == pytest.approx(np.mean(scores)) == trial.value
+    assert attrs["mean_train_score"] > 0.6 and list(trial.intermediate_values) == [0, 1, 2]
+    # the same study, trial number and fold give the same seeds: a re-run reproduces the scores
+    again = run(spec, digits)
+    assert [again.user_attrs[f"split{k}_test_score"] for k in range(3)] == pytest.approx(scores, abs=1e-6)
+
+
+def test_keras_early_stopping_and_scikit_learn_scorers(digits):
+    spec = StudySpec(name="keras-scorers", dataset="sklearn:digits", space=SMALL_MLP,
+                     model=KerasModel(build_mlp, epochs=30, batch_size=64, early_stopping=1), cv=2,
+                     metric=["loss", "neg_log_loss", "balanced_accuracy"],
+                     direction=["minimize", "maximize", "maximize"])
+    trial = run(spec, digits)
+    attrs = trial.user_attrs
+    for k in range(2):
+        assert 1 <= attrs[f"split{k}_n_epochs"] <= 30
+        # the model's own loss and scikit-learn's log loss of its predicted probabilities agree
+        assert attrs[f"split{k}_test_neg_log_loss"] == pytest.approx(-attrs[f"split{k}_test_loss"], abs=1e-3)
+        assert 0.6 < attrs[f"split{k}_test_balanced_accuracy"] <= 1.0
+
+
+def test_keras_regression_and_binary_sigmoid_outputs():
+    import keras
+
+    X, y = load_diabetes(return_X_y=True)
+    regression = StudySpec(name="keras-regression", dataset="sklearn:diabetes", space=SMALL_MLP, cv=2,
+                           model=KerasModel(build_mlp, epochs=1), metric=["loss", "neg_mean_squared_error"],
+                           direction=["minimize", "maximize"])
+    trial = run(regression, {"X": X, "y": y})
+    assert trial.user_attrs["split0_test_neg_mean_squared_error"] == pytest.approx(
+        -trial.user_attrs["split0_test_loss"], rel=1e-3)
+
+    def sigmoid_model(params, input_shape, n_classes):
+        assert n_classes == 2
+        model = keras.Sequential([keras.Input(input_shape), keras.layers.Normalization(axis=None),
+                                  keras.layers.Dense(1, activation="sigmoid")])
+        model.compile("adam", "binary_crossentropy")
+        return model
+
+    X, y = load_breast_cancer(return_X_y=True)
+    binary = StudySpec(name="keras-binary", dataset="sklearn:breast_cancer", space={}, cv=2,
+                       model=KerasModel(sigmoid_model, epochs=1), metric="roc_auc")
+    assert 0.0 <= run(binary, {"X": X, "y": y}).value <= 1.0
+
+
+def test_non_finite_loss_fails_the_trial(digits):
+    import keras
+
+    def exploding(params, input_shape, n_classes):
+        model = keras.Sequential([keras.Input(input_shape), keras.layers.Rescaling(float("inf")),
+                                  keras.layers.Dense(n_classes, activation="softmax")])
+        model.compile("adam", "sparse_categorical_crossentropy")
+        return model
+
+    spec = StudySpec(name="nan", dataset="sklearn:digits", space={}, model=KerasModel(exploding, epochs=3), cv=2)
+    with pytest.raises(NonFiniteLossError, match="epoch 1") as raised:
+        run(spec, digits)
+    assert describe_failure(raised.value)["error_type"] == "tlsearch.models._base.NonFiniteLossError"
+    assert describe_failure(raised.value)["error_retryable"] is False
+
+
+def test_builder_errors_propagate(digits):
+    def broken(params, input_shape, n_classes):
+        raise KeyError("units")
+
+    with pytest.raises(KeyError):
+        run(StudySpec(name="broken", dataset="d", space={}, model=KerasModel(broken), cv=2), digits)
+
+    def uncompiled(params, input_shape, n_classes):
+        return make_mlp(SMALL_MLP["mlp"], input_shape, n_classes)
+
+    with pytest.raises(TypeError, match="not compiled"):
+        run(StudySpec(name="uncompiled", dataset="d", space={}, model=KerasModel(uncompiled), cv=2), digits)
+
+
+def test_fit_full_returns_trained_models(digits):
+    X, y = np.asarray(digits["X"]), np.asarray(digits["y"])
+    keras_spec = StudySpec(name="full", dataset="d", space=SMALL_MLP, model=KerasModel(build_mlp, epochs=2))
+    model = fit_full(keras_spec, SMALL_MLP, X, y)
+    assert np.mean(np.argmax(model.predict(X, verbose=0), axis=1) == y) > 0.7
+    sklearn_spec = StudySpec(name="full", dataset="d", space={},
+                             model=SklearnModel(lambda p: LogisticRegression(C=p["C"], max_iter=3000)))
+    assert fit_full(sklearn_spec, {"C": 0.1}, X, y).score(X, y) > 0.9
+    custom = StudySpec(name="full", dataset="d", space={}, model=CustomLoop(lambda p, f, r: 0.0))
+    with pytest.raises(TypeError, match="no refit function"):
+        fit_full(custom, {}, X, y)
+    custom = StudySpec(name="full", dataset="d", space={},
+                       model=CustomLoop(lambda p, f, r: 0.0, refit=lambda p, X, y: ("trained", len(X))))
+    assert fit_full(custom, {}, X, y) == ("trained", len(X))

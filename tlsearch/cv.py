@@ -1,0 +1,208 @@
+"""How one trial is evaluated: k folds, a report after each fold, pruning between folds, results as user attrs.
+
+`evaluate` runs in the worker process. Per-fold results are stored on the trial as user attributes named
+like scikit-learn's cv_results_ (single objective):
+    split{k}_test_score, mean_test_score, std_test_score, split{k}_train_score, mean_train_score,
+    std_train_score (with return_train_score), split{k}_fit_time, mean_fit_time, std_fit_time,
+    split{k}_score_time, mean_score_time, std_score_time, split{k}_n_epochs (Keras, custom loops),
+    split{k}_curve (custom loops), n_splits, n_folds_run, dataset_hash, fold_plan_hash.
+Multi-objective studies name scores by metric as scikit-learn's multi-metric cv_results_ does:
+split{k}_test_{metric}, mean_test_{metric}, std_test_{metric}, ... Standard deviations use ddof=0, like
+scikit-learn. A pruned trial keeps the attributes of the folds it ran; its means cover those folds.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import optuna
+from sklearn.model_selection import GroupKFold, KFold, StratifiedGroupKFold, StratifiedKFold
+from sklearn.model_selection._split import BaseCrossValidator
+
+from tlsearch import spaces
+from tlsearch.models import Fold, FoldResult, NonFiniteScoreError, derive_seed, is_class_labels, trainer_for
+
+if TYPE_CHECKING:
+    from tlsearch.study import StudySpec
+
+_INFRASTRUCTURE_ERRORS = {
+    # the network, the study store, the cluster
+    "ConnectionError", "TimeoutError", "AutoReconnect", "ConnectionFailure", "ServerSelectionTimeoutError",
+    "NetworkTimeout", "StorageInternalError", "CommClosedError", "KilledWorker", "FutureCancelledError",
+    # memory: host (MemoryError), TensorFlow (ResourceExhaustedError), PyTorch (OutOfMemoryError)
+    "MemoryError", "ResourceExhaustedError", "OutOfMemoryError",
+}
+_OUT_OF_MEMORY_MESSAGES = ("resource_exhausted", "out of memory", "oom when allocating")
+
+
+class AutoKFold(BaseCrossValidator):
+    """The default splitter: shuffled k-fold that stratifies class labels and keeps groups together.
+
+    StratifiedKFold when y holds class labels (integers, booleans or strings), KFold for a float y (a
+    continuous target); with a groups array, StratifiedGroupKFold or GroupKFold instead. Shuffled with
+    `random_state`.
+    """
+
+    def __init__(self, n_splits: int = 5, *, shuffle: bool = True, random_state: int | None = 0) -> None:
+        self.n_splits = n_splits
+        self.shuffle = shuffle
+        self.random_state = random_state
+
+    def get_n_splits(self, X: Any = None, y: Any = None, groups: Any = None) -> int:
+        return self.n_splits
+
+    def split(self, X: Any, y: Any = None, groups: Any = None):
+        return self.splitter_for(y, groups).split(X, y, groups)
+
+    def splitter_for(self, y: Any, groups: Any = None) -> BaseCrossValidator:
+        """The concrete scikit-learn splitter used for this target and groups."""
+        classes = y is not None and is_class_labels(y)
+        options = {"n_splits": self.n_splits, "shuffle": self.shuffle,
+                   "random_state": self.random_state if self.shuffle else None}
+        if groups is not None:
+            return StratifiedGroupKFold(**options) if classes else GroupKFold(**options)
+        return StratifiedKFold(**options) if classes else KFold(**options)
+
+
+def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarray],
+             folds: Sequence[tuple[np.ndarray, np.ndarray]], *, dataset_hash: str = "",
+             fold_plan_hash: str = "") -> float | list[float]:
+    """Sample the trial's params, then train and score each fold; return the mean score (one per objective).
+
+    `arrays` holds "X", "y" and optionally "groups" and "sample_weight" (read-only, memory-mapped: only
+    the rows of one fold are read at a time). After fold k the trial reports, at step k, the running mean of
+    the first k+1 fold scores (the fold score itself when the study's pruner is Optuna's WilcoxonPruner),
+    then asks the study's pruner and raises optuna.TrialPruned if told to. Multi-objective trials report
+    nothing (Optuna cannot prune them). Errors from the space, the model or training propagate unchanged.
+    """
+    params = spaces.sample(trial, spec.space)
+    if not isinstance(params, dict):
+        raise spaces.InvalidSpaceError(
+            f"space of study {spec.name!r} returned {type(params).__name__}, expected a dict of hyperparameters")
+    trainer = trainer_for(spec, arrays)
+    recorder = _ResultRecorder(trial, spec)
+    trial.set_user_attr("dataset_hash", dataset_hash)
+    trial.set_user_attr("fold_plan_hash", fold_plan_hash)
+    trial.set_user_attr("n_splits", len(folds))
+    reports_fold_scores = isinstance(trial.study.pruner, optuna.pruners.WilcoxonPruner)
+    for index, (train_idx, valid_idx) in enumerate(folds):
+        fold = read_fold(arrays, train_idx, valid_idx, index, derive_seed(spec.seed, spec.name, trial.number, index))
+        result = trainer.run(params, fold)
+        recorder.add(index, result)
+        if spec.is_multi_objective:
+            continue
+        value = result.test_scores[0] if reports_fold_scores else recorder.running_mean()
+        trial.report(value, index)
+        if index < len(folds) - 1 and trial.should_prune():
+            recorder.summarise()
+            raise optuna.TrialPruned(f"pruned after fold {index} of {len(folds)}: "
+                                     f"running mean {recorder.running_mean():.6g}")
+    means = recorder.summarise()
+    return means if spec.is_multi_objective else means[0]
+
+
+def read_fold(arrays: Mapping[str, np.ndarray], train_idx: np.ndarray, valid_idx: np.ndarray, index: int,
+              seed: int) -> Fold:
+    """Copy one fold's rows out of the (memory-mapped) arrays: only these rows are read."""
+    X, y = arrays["X"], arrays["y"]
+    weights = arrays.get("sample_weight")
+    return Fold(x_train=np.asarray(X[train_idx]), y_train=np.asarray(y[train_idx]),
+                x_valid=np.asarray(X[valid_idx]), y_valid=np.asarray(y[valid_idx]), index=index, seed=seed,
+                sample_weight=None if weights is None else np.asarray(weights[train_idx]))
+
+
+class _ResultRecorder:
+    """Stores each fold's results on the trial as it finishes, and the summaries at the end."""
+
+    def __init__(self, trial: optuna.Trial, spec: StudySpec) -> None:
+        self._trial = trial
+        self._suffixes = ["score"] if not spec.is_multi_objective else list(spec.metric_names)
+        self._results: list[FoldResult] = []
+
+    def add(self, index: int, result: FoldResult) -> None:
+        attrs: dict[str, Any] = {}
+        for suffix, score in zip(self._suffixes, result.test_scores):
+            if not np.isfinite(score):
+                raise NonFiniteScoreError(f"fold {index}: test {suffix} is {score}")
+            attrs[f"split{index}_test_{suffix}"] = score
+        for suffix, score in zip(self._suffixes, result.train_scores or []):
+            attrs[f"split{index}_train_{suffix}"] = score
+        attrs[f"split{index}_fit_time"] = result.fit_time
+        attrs[f"split{index}_score_time"] = result.score_time
+        if result.n_epochs is not None:
+            attrs[f"split{index}_n_epochs"] = result.n_epochs
+        if result.curve is not None:
+            attrs[f"split{index}_curve"] = result.curve
+        for key, value in attrs.items():
+            self._trial.set_user_attr(key, value)
+        self._results.append(result)
+
+    def running_mean(self) -> float:
+        return float(np.mean([result.test_scores[0] for result in self._results]))
+
+    def summarise(self) -> list[float]:
+        """Store mean/std attributes over the folds run so far; return the mean test score per metric."""
+        results = self._results
+        attrs: dict[str, Any] = {"n_folds_run": len(results)}
+        means = []
+        for position, suffix in enumerate(self._suffixes):
+            test = [result.test_scores[position] for result in results]
+            means.append(float(np.mean(test)))
+            attrs[f"mean_test_{suffix}"], attrs[f"std_test_{suffix}"] = means[-1], float(np.std(test))
+            if all(result.train_scores is not None for result in results):
+                train = [result.train_scores[position] for result in results]  # type: ignore[index]
+                attrs[f"mean_train_{suffix}"] = float(np.mean(train))
+                attrs[f"std_train_{suffix}"] = float(np.std(train))
+        for timing in ("fit_time", "score_time"):
+            values = [getattr(result, timing) for result in results]
+            attrs[f"mean_{timing}"], attrs[f"std_{timing}"] = float(np.mean(values)), float(np.std(values))
+        for key, value in attrs.items():
+            self._trial.set_user_attr(key, value)
+        return means
+
+
+def describe_failure(exc: BaseException) -> dict[str, Any]:
+    """User attributes describing why a trial failed: error_type, error_message, error_retryable, error_traceback."""
+    cls = type(exc)
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    description: dict[str, Any] = {
+        "error_type": name,
+        "error_message": _truncate(str(exc), 2000),
+        "error_retryable": is_infrastructure_error(exc),
+    }
+    if exc.__traceback__ is not None:
+        description["error_traceback"] = _truncate(
+            "".join(traceback.format_exception(cls, exc, exc.__traceback__)), 4000, keep="end")
+    return description
+
+
+def is_infrastructure_error(exc: BaseException) -> bool:
+    """True for failures a retry on another worker may cure: a lost worker or connection, a storage error,
+    running out of host or accelerator memory. False for what the trial's params cause (bad values, a NaN
+    loss, an exception in the model builder), which would fail again. The cause chain is searched too.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, (optuna.TrialPruned, spaces.InvalidSpaceError, FloatingPointError)):
+            return False
+        if any(base.__name__ in _INFRASTRUCTURE_ERRORS for base in type(current).__mro__):
+            return True
+        message = str(current).lower()
+        if any(marker in message for marker in _OUT_OF_MEMORY_MESSAGES):
+            return True
+        pending += [current.__cause__, current.__context__]
+    return False
+
+
+def _truncate(text: str, limit: int, keep: str = "start") -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit - 1] + "…" if keep == "start" else "…" + text[-(limit - 1):]

@@ -1,0 +1,65 @@
+"""The data contract between cv.evaluate and the model adapters: one fold in, one fold's result out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+
+def is_class_labels(y: np.ndarray) -> bool:
+    """True when y holds class labels: integers, booleans or strings taking two or more values.
+
+    A float y is a continuous target even when its values are whole numbers (counts, prices): give an
+    explicit splitter or KerasModel(task="classification") for float-coded labels.
+    """
+    from sklearn.utils.multiclass import type_of_target
+
+    return np.asarray(y).dtype.kind in "biuOSU" and type_of_target(y) in ("binary", "multiclass")
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a NaN or infinite loss (usually a too-large learning rate): the trial fails."""
+
+
+class NonFiniteScoreError(FloatingPointError):
+    """A fold's score is NaN or infinite: the trial fails instead of reporting it."""
+
+
+@dataclass
+class Fold:
+    """One fold's rows, already read from the dataset (only these rows are in memory).
+
+    index is the 0-based fold number; seed is the fold's seed, derived from (study seed, study name,
+    trial number, index); sample_weight holds the training rows' weights, or None.
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_valid: np.ndarray
+    y_valid: np.ndarray
+    index: int
+    seed: int
+    sample_weight: np.ndarray | None = None
+
+
+@dataclass
+class FoldResult:
+    """Scores (one per metric, in the study's metric order) and timings of one fold, in seconds."""
+
+    test_scores: list[float]
+    fit_time: float
+    score_time: float
+    train_scores: list[float] | None = None
+    n_epochs: int | None = None
+    curve: list[list[float]] | None = None
+
+
+class FoldTrainer(Protocol):
+    """Builds a fresh model for each fold, fits it on the fold's training rows and scores it."""
+
+    def run(self, params: dict, fold: Fold) -> FoldResult: ...
+
+    def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
+                 seed: int) -> Any: ...

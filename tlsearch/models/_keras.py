@@ -1,0 +1,217 @@
+"""Keras adapter: build a fresh compiled model per fold, fit it on the fold's rows, score it, free it.
+
+Keras is imported here, on first use, so scikit-learn studies never pay for TensorFlow. Only the Keras 3
+API is used, so KERAS_BACKEND (tensorflow by default, jax, torch) picks the backend.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tlsearch.models._base import Fold, FoldResult, NonFiniteLossError, is_class_labels
+from tlsearch.models._sklearn import resolve_scorer
+
+if TYPE_CHECKING:
+    from tlsearch.study import KerasModel, StudySpec
+
+_keras_ready = False
+
+
+def import_keras() -> Any:
+    """Import keras once per process, with GPU memory allocated on demand rather than all at start."""
+    global _keras_ready
+    if _keras_ready:
+        import keras
+
+        return keras
+    # JAX reads this at its own import: without it, every worker process would reserve 75% of each GPU.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # already imported by keras: costs nothing more
+
+        for gpu in tf.config.list_physical_devices("GPU"):
+            try:
+                tf.config.experimental.set_memory_growth(gpu, True)
+            except RuntimeError:  # the GPU was initialised before us: its setting stays as it is
+                pass
+    _keras_ready = True
+    return keras
+
+
+@dataclass(frozen=True)
+class Target:
+    """What y is: class labels (sorted, as in np.unique) or a continuous target (classes is None)."""
+
+    classes: np.ndarray | None
+
+    @property
+    def n_classes(self) -> int | None:
+        return None if self.classes is None else len(self.classes)
+
+    def encode(self, y: np.ndarray) -> np.ndarray:
+        """Labels as 0..n_classes-1 (int32) for classification; float32 values for regression."""
+        if self.classes is None:
+            return np.asarray(y, dtype="float32")
+        return np.searchsorted(self.classes, np.asarray(y)).astype("int32")
+
+
+def describe_target(y: np.ndarray, task: str | None) -> Target:
+    if task is None:
+        task = "classification" if is_class_labels(y) else "regression"
+    return Target(classes=np.unique(y) if task == "classification" else None)
+
+
+def _as_inputs(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    return x.astype("float32") if x.dtype.kind in "fiub" and x.dtype != np.float32 else x
+
+
+def _non_finite_loss_guard(keras: Any) -> Any:
+    class NonFiniteLossGuard(keras.callbacks.Callback):
+        """Stops training with NonFiniteLossError as soon as an epoch's loss is NaN or infinite."""
+
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            loss = (logs or {}).get("loss")
+            if loss is not None and not np.isfinite(float(loss)):
+                raise NonFiniteLossError(f"training loss is {float(loss)} at epoch {epoch + 1}")
+
+    return NonFiniteLossGuard()
+
+
+class _KerasClassifierView:
+    """Just enough of a scikit-learn classifier around a trained Keras model for scikit-learn scorers."""
+
+    _estimator_type = "classifier"
+
+    def __init__(self, model: Any, classes: np.ndarray, batch_size: int) -> None:
+        self.model, self.classes_, self._batch_size = model, classes, batch_size
+
+    def __sklearn_tags__(self) -> Any:
+        from sklearn.utils import ClassifierTags, Tags, TargetTags
+
+        return Tags(estimator_type="classifier", target_tags=TargetTags(required=True),
+                    classifier_tags=ClassifierTags())
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        probabilities = np.asarray(self.model.predict(_as_inputs(X), batch_size=self._batch_size, verbose=0))
+        if probabilities.ndim == 2 and probabilities.shape[1] == 1 and len(self.classes_) == 2:
+            probabilities = np.hstack([1 - probabilities, probabilities])  # a single sigmoid unit
+        return probabilities
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+
+class _KerasRegressorView:
+    """Just enough of a scikit-learn regressor around a trained Keras model for scikit-learn scorers."""
+
+    _estimator_type = "regressor"
+
+    def __init__(self, model: Any, batch_size: int) -> None:
+        self.model, self._batch_size = model, batch_size
+
+    def __sklearn_tags__(self) -> Any:
+        from sklearn.utils import RegressorTags, Tags, TargetTags
+
+        return Tags(estimator_type="regressor", target_tags=TargetTags(required=True),
+                    regressor_tags=RegressorTags())
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        predictions = np.asarray(self.model.predict(_as_inputs(X), batch_size=self._batch_size, verbose=0))
+        return predictions[:, 0] if predictions.ndim == 2 and predictions.shape[1] == 1 else predictions
+
+
+class KerasTrainer:
+    """Runs `spec.model` (a KerasModel) on each fold.
+
+    Scores: "loss" and any metric the compiled model reports (model.evaluate) are taken from Keras;
+    any other name is a scikit-learn scorer, applied to the model's predictions.
+    """
+
+    def __init__(self, spec: StudySpec, input_shape: tuple[int, ...], target: Target) -> None:
+        self._model_spec: KerasModel = spec.model
+        self._metrics = spec.metrics
+        self._input_shape = tuple(input_shape)
+        self._target = target
+        self._return_train_score = spec.return_train_score
+        self._eval_batch_size = max(self._model_spec.batch_size, 256)
+
+    def run(self, params: dict, fold: Fold) -> FoldResult:
+        keras = import_keras()
+        try:
+            started = time.perf_counter()
+            model, n_epochs = self._fit(keras, params, fold.x_train, fold.y_train, fold.sample_weight, fold.seed)
+            fit_time = time.perf_counter() - started
+            started = time.perf_counter()
+            test_scores = self._score(model, fold.x_valid, fold.y_valid)
+            score_time = time.perf_counter() - started
+            train_scores = self._score(model, fold.x_train, fold.y_train) if self._return_train_score else None
+        finally:
+            # Free the fold's graph and weights: a worker runs many trials and must not grow.
+            model = None
+            keras.backend.clear_session()
+            gc.collect()
+        return FoldResult(test_scores=test_scores, fit_time=fit_time, score_time=score_time,
+                          train_scores=train_scores, n_epochs=n_epochs)
+
+    def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
+                 seed: int) -> Any:
+        model, _ = self._fit(import_keras(), params, X, y, sample_weight, seed)
+        return model
+
+    def _fit(self, keras: Any, params: dict, x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
+             seed: int) -> tuple[Any, int]:
+        spec = self._model_spec
+        keras.utils.set_random_seed(seed)
+        x, y = _as_inputs(x), self._target.encode(y)
+        callbacks = [_non_finite_loss_guard(keras)]
+        validation_data = None
+        if spec.early_stopping is not None:
+            # Early stopping watches rows held out of the training rows, never the fold's validation rows.
+            order = np.random.default_rng(seed).permutation(len(x))
+            n_held_out = max(1, round(spec.early_stopping_fraction * len(x)))
+            held_out, kept = order[:n_held_out], np.sort(order[n_held_out:])
+            validation_data = (x[held_out], y[held_out])
+            x, y = x[kept], y[kept]
+            sample_weight = None if sample_weight is None else np.asarray(sample_weight)[kept]
+            callbacks.append(keras.callbacks.EarlyStopping(monitor="val_loss", patience=spec.early_stopping,
+                                                           restore_best_weights=True))
+        model = spec.build(params, self._input_shape, self._target.n_classes)
+        if not isinstance(model, keras.Model):
+            raise TypeError(f"KerasModel.build returned {type(model).__name__}, not a keras.Model")
+        if not getattr(model, "compiled", False):
+            raise TypeError("KerasModel.build returned a model that is not compiled: call model.compile(...) in build")
+        history = model.fit(x, y, epochs=spec.epochs, batch_size=spec.batch_size, validation_data=validation_data,
+                            sample_weight=sample_weight, callbacks=callbacks, verbose=0, **spec.fit_kwargs)
+        return model, len(history.epoch)
+
+    def _score(self, model: Any, x: np.ndarray, y: np.ndarray) -> list[float]:
+        reported = model.evaluate(_as_inputs(x), self._target.encode(y), batch_size=self._eval_batch_size,
+                                  verbose=0, return_dict=True)
+        scores = []
+        for metric in self._metrics:
+            name = "loss" if metric is None else metric
+            if isinstance(name, str) and name in reported:
+                scores.append(float(reported[name]))
+                continue
+            if isinstance(name, str):
+                from sklearn.metrics import get_scorer_names
+
+                if name not in get_scorer_names():
+                    raise ValueError(f"metric {name!r} is neither reported by the compiled model (it reports "
+                                     f"{', '.join(sorted(reported))}) nor a scikit-learn scorer name")
+            scores.append(float(resolve_scorer(name)(self._estimator_view(model), x, y)))
+        return scores
+
+    def _estimator_view(self, model: Any) -> Any:
+        if self._target.classes is None:
+            return _KerasRegressorView(model, self._eval_batch_size)
+        return _KerasClassifierView(model, self._target.classes, self._eval_batch_size)
