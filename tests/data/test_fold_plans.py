@@ -67,9 +67,12 @@ def test_plans_are_stored_by_hash_and_served_as_zero_copy_folds(store, cache, da
         fold = dataset.fold(plan, k)
         assert sorted(fold.train_index.tolist()) == sorted(train.tolist())
         assert sorted(fold.validation_index.tolist()) == sorted(validation.tolist())
+        copied = dataset.fold(plan, k, layout=False)
+        np.testing.assert_array_equal(copied.train_index, train)
         for name in ("X", "y", "groups", "sample_weight"):
             np.testing.assert_array_equal(fold.train[name], dataset[name][fold.train_index])
             np.testing.assert_array_equal(fold.validation[name], dataset[name][fold.validation_index])
+            np.testing.assert_array_equal(copied.train[name], dataset[name][train])
     plan.check_matches(dataset.info, splitter)
 
 

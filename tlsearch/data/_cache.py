@@ -96,16 +96,23 @@ class Dataset:
     def n_rows(self) -> int:
         return self.info.n_rows
 
-    def fold(self, plan: FoldPlan, k: int) -> Fold:
+    def fold(self, plan: FoldPlan, k: int, *, layout: bool = True) -> Fold:
         """Fold `k` of `plan` as read-only views (no rows copied); the first call per plan lays the rows out
-        in this host's cache (once per host)."""
+        in this host's cache, once per host, taking about (2 - 1/n_splits) × the dataset on disk.
+
+        `layout=False` gathers the fold's rows into new in-memory arrays instead (plan order, one copy per
+        process), for datasets too large to lay out."""
         if not 0 <= k < plan.n_splits:
             raise IndexError(f"fold {k} out of range: the plan has {plan.n_splits} folds")
+        if plan.dataset_hash != self.info.hash:
+            raise FoldPlanMismatchError(
+                f"fold plan {plan.hash[:12]} was made for content sha256 {plan.dataset_hash[:12]}, "
+                f"not for {self.info.ref} (sha256 {self.info.hash[:12]})")
+        if not layout:
+            train, validation = plan.folds[k]
+            return Fold(k, MappingProxyType({n: a[train] for n, a in self.arrays.items()}),
+                        MappingProxyType({n: a[validation] for n, a in self.arrays.items()}), train, validation)
         if plan.hash not in self._layouts:
-            if plan.dataset_hash != self.info.hash:
-                raise FoldPlanMismatchError(
-                    f"fold plan {plan.hash[:12]} was made for content sha256 {plan.dataset_hash[:12]}, "
-                    f"not for {self.info.ref} (sha256 {self.info.hash[:12]})")
             self._layouts[plan.hash] = self._cache._open_layout(self, plan)
         layout, arrays = self._layouts[plan.hash]
         return fold_views(k, layout.spans[k], self.arrays, arrays, layout.order)
@@ -313,12 +320,15 @@ class HostCache:
             np.save(tmp / "order.npy", layout.order, allow_pickle=False)
             names = []
             if len(layout.order):
-                for name, source in dataset.arrays.items():
+                for name in dataset.arrays:
+                    # A mapping of its own, dropped after: the rows read here must not stay resident in the
+                    # dataset's long-lived mapping, where they would count as this process's private memory.
+                    source = np.load(dataset.path / f"{name}.npy", mmap_mode="r")
                     target = np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=source.dtype,
                                                        shape=(len(layout.order), *source.shape[1:]))
                     write_layout_rows(source, layout.order, target)
                     target.flush()
-                    del target
+                    del target, source
                     names.append(name)
             (tmp / "layout.json").write_text(json.dumps({**layout.to_document(), "arrays": names}))
             _write_marker(tmp, plan.hash, ["layout.json", "order.npy", *(f"{n}.npy" for n in names)])
