@@ -1,7 +1,7 @@
 """The local-directory dataset store (the embedded default), under `<home>/datasets`.
 
 Layout: `records/NAME/VERSION.json` (one per version), `contents/HASH/ARRAY.npy` (one folder per content),
-`fold_plans/HASH/{plan.json,indices.npy}`, `tmp/` (staging). Bytes are staged in `tmp/` and renamed into
+`fold_plans/HASH/{plan.json,indices.npy}`, `tmp/` (staging), `locks/` (one writer per content). Bytes are staged in `tmp/` and renamed into
 place, and every change to records and contents happens under one file lock, so a half-written push is
 never visible and concurrent pushes settle on one outcome.
 """
@@ -111,6 +111,12 @@ class LocalDatasetStore(DatasetStore):
         decision = version_for_push(name, self._latest(name), content_hash, new_version)
         if isinstance(decision, DatasetInfo):
             return decision
+        # One writer per content: a concurrent push of the same bytes waits, then finds them stored.
+        (self.root / "locks").mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.root / "locks" / f"{content_hash}.lock")):
+            return self._push_locked(name, arrays, content_hash, metadata, new_version, progress)
+
+    def _push_locked(self, name, arrays, content_hash, metadata, new_version, progress):
         staged = None if (self._contents / content_hash).is_dir() else self._stage(arrays, progress)
         try:
             with self._lock():
