@@ -181,7 +181,7 @@ def _read_npz(path: Path, features, label, groups, sample_weight):
                 raise DatasetValidationError(
                     f"array {key!r} in {path.name} is an object array: it would need pickle to load, so it is "
                     "refused; save it with a numeric dtype") from None
-    return arrays, {"source": f"file:{path.name}", "arrays": {role: key for role, key in keys.items() if role in arrays}}
+    return arrays, {"source": f"file:{path.name}", "npz_keys": {role: key for role, key in keys.items() if role in arrays}}
 
 
 def _single(columns: Columns, default: str) -> str:
