@@ -1,0 +1,125 @@
+"""Refit of the best trial, kept as an artifact in the store and loaded back safely in a fresh process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import optuna
+import pytest
+
+from tlsearch import runner
+from tlsearch.errors import TLSearchError
+from tlsearch.refit import UnsafeModelError, load_model, refit
+from tlsearch.stores import Stores
+from tlsearch.study import load_study_file
+
+pytestmark = pytest.mark.timeout(300)
+
+SKLEARN_STUDY = '''
+import tlsearch
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+def space(trial):
+    return {"C": trial.suggest_float("C", 0.01, 10, log=True)}
+
+study = tlsearch.StudySpec(name="wine-refit", dataset="sklearn:wine", space=space,
+                           model=tlsearch.SklearnModel(lambda p: make_pipeline(StandardScaler(), LogisticRegression(C=p["C"]))),
+                           cv=3, metric="accuracy", n_trials=3)
+'''
+
+KERAS_STUDY = '''
+import keras
+import tlsearch
+
+def space(trial):
+    return {"units": trial.suggest_int("units", 4, 16)}
+
+def build(params, input_shape, n_classes):
+    model = keras.Sequential([keras.Input(input_shape), keras.layers.Dense(params["units"], activation="relu"),
+                              keras.layers.Dense(n_classes, activation="softmax")])
+    model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+study = tlsearch.StudySpec(name="iris-refit", dataset="sklearn:iris", space=space,
+                           model=tlsearch.KerasModel(build, epochs=2, batch_size=16), cv=2,
+                           metric="accuracy", n_trials=2)
+'''
+
+PREDICT = '''
+import sys, numpy as np, tlsearch
+from sklearn.datasets import load_{dataset}
+model = tlsearch.load_model(sys.argv[1], home=sys.argv[2])
+X = load_{dataset}(return_X_y=True)[0]
+np.save(sys.argv[3], np.asarray(model.predict(X)))
+'''
+
+
+def _run_and_refit(tmp_path, source, dataset):
+    study_file = tmp_path / "study.py"
+    study_file.write_text(source)
+    spec = load_study_file(study_file)
+    stores = Stores(home=tmp_path / "home")
+    runner.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
+    record, path = refit(spec.name, stores=stores)
+    model = load_model(spec.name, stores=stores)
+    from sklearn import datasets
+
+    X = getattr(datasets, f"load_{dataset}")(return_X_y=True)[0]
+    before = np.asarray(model.predict(X))
+    script = tmp_path / "predict.py"
+    script.write_text(PREDICT.format(dataset=dataset))
+    out = tmp_path / "predictions.npy"
+    subprocess.run([sys.executable, str(script), spec.name, str(stores.home), str(out)], check=True, cwd=tmp_path)
+    np.testing.assert_allclose(np.load(out), before, rtol=1e-6, atol=1e-6)
+    return spec, stores, record, path
+
+
+@pytest.fixture(scope="module")
+def sklearn_refit(tmp_path_factory):
+    return _run_and_refit(tmp_path_factory.mktemp("sklearn"), SKLEARN_STUDY, "wine")
+
+
+def test_sklearn_refit_round_trip_in_a_fresh_process(sklearn_refit):
+    spec, stores, record, path = sklearn_refit
+    study = runner.load(stores, spec.name)
+    assert record.trial_number == study.best_trial.number and record.format == "skops"
+    assert record.params == study.best_trial.params and record.cv_score == study.best_value
+    assert path.suffix == ".skops"
+
+
+def test_keras_refit_round_trip_in_a_fresh_process(tmp_path):
+    spec, stores, record, path = _run_and_refit(tmp_path, KERAS_STUDY, "iris")
+    assert record.format == "keras" and record.classes == [0, 1, 2]
+
+
+def test_model_of_a_changed_dataset_is_refused(sklearn_refit):
+    spec, stores, record, _ = sklearn_refit
+    study = runner.load(stores, spec.name)
+    study._storage.set_study_system_attr(study._study_id, runner.ATTR_DATASET_HASH, "0" * 64)
+    try:
+        with pytest.raises(TLSearchError, match="refit it again"):
+            load_model(spec.name, stores=stores)
+    finally:
+        study._storage.set_study_system_attr(study._study_id, runner.ATTR_DATASET_HASH, record.dataset_hash)
+
+
+def test_tampered_model_is_refused(sklearn_refit, tmp_path):
+    spec, stores, record, _ = sklearn_refit
+    with open(tmp_path / "tampered.skops", "wb") as f:
+        f.write(b"PK not the model")
+    with open(tmp_path / "tampered.skops", "rb") as f:
+        stores.artifact_store().write(record.artifact_id, f)
+    with pytest.raises(UnsafeModelError, match="sha256"):
+        load_model(spec.name, stores=stores)
+
+
+def test_study_without_refit_says_how_to_make_one(tmp_path):
+    stores = Stores(home=tmp_path)
+    optuna.create_study(study_name="plain", storage=stores.study_storage())
+    with pytest.raises(TLSearchError, match="tlsearch refit plain"):
+        load_model("plain", stores=stores)
