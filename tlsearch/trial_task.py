@@ -140,13 +140,17 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
     return TrialOutcome(TrialState.COMPLETE, values, worker=worker, seconds=time.perf_counter() - started)
 
 
-@functools.lru_cache(maxsize=8)
-def _open_dataset(stores: Stores, ref: str):
+@functools.cache
+def _host_cache():
     from tlsearch.data import HostCache
 
-    return HostCache().open(stores.dataset_store(), ref)
+    return HostCache()
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=8)
+def _open_dataset(stores: Stores, ref: str):
+    return _host_cache().open(stores.dataset_store(), ref)
+
+
 def _fold_plan(stores: Stores, plan_hash: str):
-    return stores.dataset_store().get_fold_plan(plan_hash)
+    return _host_cache().fold_plan(stores.dataset_store(), plan_hash)

@@ -1,6 +1,7 @@
 """The `tlsearch` command: one sub-command per module in this package.
 
-Each module exposes `register(subparsers)`, which adds its parser and sets `func(args) -> int | None`.
+Each module exposes `register(subparsers, parent)`, which adds its parser (with `parents=[parent]` for the
+common options) and sets `func(args) -> int | None`.
 Errors a user can fix (`TLSearchError`, bad input) print one line and exit 1; `--debug` shows the traceback.
 """
 
