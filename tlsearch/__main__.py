@@ -2,4 +2,5 @@ import sys
 
 from tlsearch.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # worker processes re-import this module
+    sys.exit(main())
