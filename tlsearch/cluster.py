@@ -43,8 +43,9 @@ def connect(scheduler: str | None = None, n_workers: int | None = None,
     n_workers = n_workers or os.cpu_count() or 1
     if n_workers < 1:
         raise TLSearchError(f"--workers must be at least 1, got {n_workers}")
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0,
-                          "distributed.worker.daemon": False}):
+    if not log.isEnabledFor(logging.DEBUG):  # the scheduler and nannies run in this process; keep the terminal quiet
+        logging.getLogger("distributed").setLevel(logging.ERROR)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         with distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                                       dashboard_address=":0", silence_logs=logging.ERROR) as cluster:
             with distributed.Client(cluster) as local:
