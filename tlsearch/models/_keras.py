@@ -46,6 +46,37 @@ def import_keras() -> Any:
     return keras
 
 
+def _tensorflow_gradient_registry(keras: Any) -> dict | None:
+    if keras.backend.backend() != "tensorflow":
+        return None
+    try:
+        from tensorflow.python.framework import ops
+
+        return ops.gradient_registry._registry
+    except (ImportError, AttributeError):  # a TensorFlow without this registry needs no clean-up
+        return None
+
+
+def _custom_gradient_names(keras: Any) -> set[str] | None:
+    registry = _tensorflow_gradient_registry(keras)
+    return None if registry is None else set(registry)
+
+
+def _forget_custom_gradients(keras: Any, names_before: set[str] | None) -> None:
+    """Drop the custom gradients TensorFlow registered while a fold trained.
+
+    Keras' TensorFlow trainer all-reduces through tf.custom_gradient, and TensorFlow keeps every such
+    gradient in a process-wide registry for good, and with it each traced training graph: about 4 MiB
+    per fold that clear_session cannot free. The fold's model is gone, so nothing uses them any more.
+    """
+    registry = _tensorflow_gradient_registry(keras)
+    if registry is None or names_before is None:
+        return
+    for name in set(registry) - names_before:
+        if name.startswith("CustomGradient-"):
+            registry.pop(name, None)
+
+
 @dataclass(frozen=True)
 class Target:
     """What y is: class labels (sorted, as in np.unique) or a continuous target (classes is None)."""
@@ -146,6 +177,7 @@ class KerasTrainer:
 
     def run(self, params: dict, fold: Fold) -> FoldResult:
         keras = import_keras()
+        gradients_before = _custom_gradient_names(keras)
         try:
             started = time.perf_counter()
             model, n_epochs = self._fit(keras, params, fold.x_train, fold.y_train, fold.sample_weight, fold.seed)
@@ -157,6 +189,7 @@ class KerasTrainer:
         finally:
             # Free the fold's graph and weights: a worker runs many trials and must not grow.
             model = None
+            _forget_custom_gradients(keras, gradients_before)
             keras.backend.clear_session()
             gc.collect()
         return FoldResult(test_scores=test_scores, fit_time=fit_time, score_time=score_time,
