@@ -8,7 +8,10 @@ Measures, for each storage, in one run:
 - storage cost per trial (time spent inside storage calls) with the random sampler, over the first 100 and
   the last 100 of 2,000 trials: a storage whose cost grows with the study's size shows it here.
 Prints one table; ratios say how many times better MongoStorage is (higher throughput, lower cost).
-Each storage first runs an unmeasured warm-up study (the test server is a JVM that compiles hot code).
+Each storage first runs an unmeasured warm-up study (the test server is a JVM that compiles hot code). The
+storages take turns within each repeat, in a rotating order, and the table shows medians over the repeats
+(per-trial costs are medians within each window too), so a burst of load from elsewhere on a shared
+machine moves one sample, not the result.
 """
 
 from __future__ import annotations
@@ -135,7 +138,7 @@ def storage_cost(kind: str, where: str, database: str, n_trials: int, n_edge: in
         last[0] = storage.seconds
 
     study.optimize(objective, n_trials=n_trials, callbacks=[record])
-    return 1000 * statistics.fmean(per_trial[:n_edge]), 1000 * statistics.fmean(per_trial[-n_edge:])
+    return 1000 * statistics.median(per_trial[:n_edge]), 1000 * statistics.median(per_trial[-n_edge:])
 
 
 def warm_up(kind: str, where: str, n_trials: int) -> None:
@@ -146,12 +149,12 @@ def warm_up(kind: str, where: str, n_trials: int) -> None:
 
 def run(uri: str, args: argparse.Namespace, scratch: Path) -> dict[tuple[str, str], float]:
     results: dict[tuple[str, str], list[float]] = {}
+    for kind in KINDS:
+        warm_up(kind, uri if kind == "mongo" else str(scratch), args.warmup)
     for repeat in range(args.repeat):
-        for kind in KINDS:
+        for kind in KINDS[repeat % len(KINDS) :] + KINDS[: repeat % len(KINDS)]:
             where = uri if kind == "mongo" else str(scratch)
             database = f"bench_{os.getpid()}_{repeat}"
-            if repeat == 0:
-                warm_up(kind, where, args.warmup)
             measures = {
                 "tpe1": lambda: tpe_throughput(kind, where, database + "_t1", args.tpe_trials, 1),
                 f"tpe{args.processes}": lambda: tpe_throughput(
@@ -170,7 +173,7 @@ def run(uri: str, args: argparse.Namespace, scratch: Path) -> dict[tuple[str, st
 
                 client = pymongo.MongoClient(uri)
                 for name in client.list_database_names():
-                    if name.startswith(f"bench_{os.getpid()}") or name == "warmup":
+                    if name.startswith(f"bench_{os.getpid()}"):
                         client.drop_database(name)
                 client.close()
     return {key: statistics.median(values) for key, values in results.items()}
@@ -223,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             with TestMongoServer() as uri:
                 figures = run(uri, args, Path(scratch))
+        if test_mongo_uri():
+            import pymongo
+
+            pymongo.MongoClient(test_mongo_uri()).drop_database("warmup")
     print_table(figures, args)
     return 0
 

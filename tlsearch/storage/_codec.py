@@ -13,6 +13,7 @@ dict keys as strings, and anything JSON cannot encode raises TypeError.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -124,11 +125,42 @@ def _json_key(key: Any) -> str:
 
 def encode_distribution(distribution: BaseDistribution) -> dict[str, Any]:
     """Optuna's own JSON form of a distribution, as a document: {"name": ..., "attributes": {...}}."""
-    return json.loads(distribution_to_json(distribution))
+    return json.loads(_distribution_json(distribution))
 
 
 def decode_distribution(document: Mapping[str, Any]) -> BaseDistribution:
-    return json_to_distribution(json.dumps(document))
+    try:
+        key = _frozen(document)
+    except TypeError:  # not hashable as frozen: decode without the memo
+        return json_to_distribution(json.dumps(document))
+    distribution = _DECODED.get(key)
+    if distribution is None:
+        if len(_DECODED) >= _MEMO_SIZE:
+            _DECODED.clear()
+        distribution = _DECODED[key] = json_to_distribution(json.dumps(document))
+    return distribution
+
+
+# Studies reuse a handful of distributions, and converting one costs more than a round of JSON: memoize.
+# Distributions are immutable, so sharing one decoded object between trials is safe.
+_MEMO_SIZE = 4096
+_DECODED: dict[Any, BaseDistribution] = {}
+
+
+@functools.lru_cache(maxsize=_MEMO_SIZE)
+def _distribution_json(distribution: BaseDistribution) -> str:
+    return distribution_to_json(distribution)
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable, type-preserving stand-in for a JSON-like value (1, 1.0 and True stay apart)."""
+    if isinstance(value, Mapping):
+        return tuple((key, _frozen(item)) for key, item in value.items())
+    if isinstance(value, list):
+        return ("[", *(_frozen(item) for item in value))
+    if isinstance(value, float) and value != value:
+        return (float, "nan")
+    return (type(value), value)
 
 
 def encode_param(value_internal: float, distribution: BaseDistribution) -> dict[str, Any]:

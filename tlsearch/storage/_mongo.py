@@ -46,7 +46,6 @@ COUNTERS = "counters"
 _STUDY_ID_COUNTER = "study_id"
 _CODEC_OPTIONS = CodecOptions(tz_aware=True, tzinfo=timezone.utc)
 _HOST = socket.gethostname()
-_UNFINISHED = (TrialState.RUNNING.name, TrialState.WAITING.name)
 
 HeartbeatStaleTrialCallback = Callable[["optuna.study.Study", FrozenTrial], None]
 
@@ -113,6 +112,7 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
         self._db: _Collections | None = None
         self._lock = threading.RLock()
         self._studies: dict[int, StudyCache] = {}
+        self._just_written = threading.local()  # see _remember_written
 
     # Pickling: the URI and the settings travel, the connection and the cache do not.
 
@@ -189,7 +189,19 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
 
     def _retrying(self, operation: Callable[[_Collections], Any]) -> Any:
         """Run an operation that is safe to repeat, retrying while the connection is lost."""
+        self._just_written.trial = None
         return retrying(lambda: operation(self._collections()), self._describe)
+
+    def _remember_written(self, trial: FrozenTrial) -> None:
+        """Read-your-own-write: the next get_trial of this thread returns `trial` without a round trip, if it
+        asks for it before talking to the server again. Optuna asks for the trial it has just created or
+        taken from the queue right away; the document we wrote is what a read would return."""
+        self._just_written.trial = trial
+
+    def _take_written(self, trial_id: int) -> FrozenTrial | None:
+        trial = getattr(self._just_written, "trial", None)
+        self._just_written.trial = None
+        return trial if trial is not None and trial._trial_id == trial_id else None
 
     def _insert(self, collection: str, document: dict[str, Any]) -> bool:
         """Insert `document`; False if its unique keys are taken by another document.
@@ -330,24 +342,32 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         with self._lock:
             cache = self._study(study_id)
-            number = len(cache.trials)
+            if not cache.loaded:
+                self._refresh(cache)
+            number = len(cache.trials)  # the next number after those known: its predecessor exists
         if template_trial is not None:
             for name, distribution in template_trial.distributions.items():
                 check_distribution_compatibility(self._study_distribution(cache, name, distribution), distribution)
         created_by = self._token()
         now = datetime.now()
+        taken = 0
         while True:
             document = codec.trial_document(study_id, number, template_trial, now, created_by)
             if self._insert("trials", document):
                 break
-            # The number is taken: learn which numbers are, and claim the next. Its predecessor exists, so
-            # numbers stay dense.
-            with self._lock:
-                self._refresh(cache)
-                number = max(number + 1, len(cache.trials))
+            # Taken by another process: try the next (whose predecessor now exists, so numbers stay dense),
+            # and after a few misses catch up on all the numbers taken meanwhile.
+            taken += 1
+            number += 1
+            if taken % 3 == 0:
+                with self._lock:
+                    self._refresh(cache)
+                    number = max(number, len(cache.trials))
+        trial = codec.decode_trial(document)
         with self._lock:
-            cache.merge([document], codec.decode_trial)
-        return document["_id"]
+            cache.add(trial, document)
+        self._remember_written(trial)
+        return trial._trial_id
 
     def _study_distribution(self, cache: StudyCache, name: str, distribution: BaseDistribution) -> BaseDistribution:
         """The distribution of parameter `name` in the study: the first one anyone registered (this one if none)."""
@@ -448,8 +468,11 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
                 )
             )
             if before is not None:
+                after = codec.apply_set(before, fields)
                 if state.is_finished():
-                    self._remember_finished(codec.apply_set(before, fields))
+                    self._remember_finished(after)
+                elif state == TrialState.RUNNING:
+                    self._remember_written(codec.decode_trial(after))  # a worker took it: Trial() reads it next
                 return True
             current = self._retrying(lambda c: c.trials.find_one({"_id": trial_id}))
             if current is None:
@@ -479,6 +502,9 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
             raise KeyError(f"No trial with trial_id {trial_id} exists.") from None
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
+        trial = self._take_written(trial_id)
+        if trial is not None:
+            return trial
         study_id, number = codec.study_id_and_number(trial_id)
         with self._lock:
             cache = self._studies.get(study_id)
