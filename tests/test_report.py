@@ -1,4 +1,4 @@
-"""The study report: sections, self-containment, escaping, and studies with nothing (or nothing good) in them."""
+"""The study report: sections, self-containment, escaping, studies with nothing (or nothing good) in them, PNGs."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import html
 import re
 import warnings
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import optuna
 import pytest
@@ -87,19 +89,106 @@ def test_top_trials_table_is_ranked_and_bounded_by_top_k(toy_study, tmp_path):
     assert numbers == [t.number for t in best]
 
 
-def test_png_export_works_or_is_skipped_with_one_warning(toy_study, tmp_path):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+FIGURE_SLUGS = ["history", "importances", "parallel-coordinates", "slices", "intermediate-values", "fold-spread"]
+
+
+def _write_with_pngs(study: optuna.Study, tmp_path) -> tuple[str, dict[str, bytes]]:
+    """Write the report with PNGs, failing on any warning; return the page and the PNGs by section slug."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = write_report(study, tmp_path / "report.html", png=True)
+    pngs = {p.name.removeprefix("report-").removesuffix(".png"): p.read_bytes() for p in tmp_path.glob("*.png")}
+    return path.read_text(encoding="utf-8"), pngs
+
+
+def _assert_valid_pngs(pngs: dict[str, bytes]) -> None:
+    for slug, data in pngs.items():
+        assert data.startswith(PNG_MAGIC), slug
+        assert len(data) > 5_000, f"{slug}: {len(data)} bytes is too little for a drawn figure"
+
+
+def test_every_figure_is_also_a_png_linked_from_the_page(toy_study, tmp_path):
+    style_before = matplotlib.rcParams["axes.facecolor"]
+    page, pngs = _write_with_pngs(toy_study, tmp_path)
+
+    assert sorted(pngs) == sorted(FIGURE_SLUGS)  # the top-trials table has no figure
+    _assert_valid_pngs(pngs)
+    for slug in FIGURE_SLUGS:
+        assert f'<a href="report-{slug}.png">' in page
+    assert not list(tmp_path.glob("*.partial"))
+    assert plt.get_fignums() == [], "figures were left open"
+    assert matplotlib.rcParams["axes.facecolor"] == style_before, "the caller's Matplotlib style was changed"
+
+
+def test_sections_with_nothing_to_draw_get_no_png(tmp_path):
+    study = _study("plain")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1) ** 2, n_trials=5)
+    page, pngs = _write_with_pngs(study, tmp_path)
+    assert sorted(pngs) == ["history", "importances", "parallel-coordinates", "slices"]
+    _assert_valid_pngs(pngs)
+    assert "report-fold-spread.png" not in page and "report-intermediate-values.png" not in page
+
+
+def test_empty_study_writes_no_png_and_no_warning(tmp_path):
+    page, pngs = _write_with_pngs(_study("empty"), tmp_path)
+    assert pngs == {}
+    assert "No trials yet." in page and "PNG:" not in page
+
+
+def test_only_pruned_trials_give_the_intermediate_values_png(tmp_path):
+    study = _study("pruned")
+
+    def objective(trial):
+        trial.report(trial.suggest_float("x", 0, 1), 0)
+        raise optuna.TrialPruned()
+
+    study.optimize(objective, n_trials=3)
+    _, pngs = _write_with_pngs(study, tmp_path)
+    assert sorted(pngs) == ["intermediate-values"]
+    _assert_valid_pngs(pngs)
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # set_metric_names
+def test_multi_objective_pngs_have_one_figure_per_objective(tmp_path):
+    study = _study("two goals", directions=["minimize", "maximize"])
+    study.set_metric_names(["loss", "accuracy"])
+    study.optimize(lambda t: (t.suggest_float("x", 0, 1), t.suggest_float("y", 0, 1)), n_trials=12)
+    _, pngs = _write_with_pngs(study, tmp_path)
+    assert sorted(pngs) == ["importances-1", "importances-2", "parallel-coordinates-1", "parallel-coordinates-2",
+                            "pareto-front", "slices-1", "slices-2"]
+    _assert_valid_pngs(pngs)
+
+
+def test_a_png_that_fails_costs_one_warning_naming_its_section(toy_study, tmp_path, monkeypatch):
+    import optuna.visualization.matplotlib as optuna_matplotlib
+
+    def broken_plot_slice(*args, **kwargs):
+        plt.subplots()  # fails after opening a figure: it must be closed all the same
+        raise RuntimeError("no slices today")
+
+    monkeypatch.setattr(optuna_matplotlib, "plot_slice", broken_plot_slice)
+    with pytest.warns(RuntimeWarning) as caught:
         path = write_report(toy_study, tmp_path / "report.html", png=True)
-    pngs = sorted(tmp_path.glob("report-*.png"))
-    skipped = [w for w in caught if "PNG export skipped" in str(w.message)]
-    assert path.exists()
-    if skipped:  # no kaleido, or kaleido without a Chrome/Chromium
-        assert len(skipped) == 1
-        assert "PNG:" not in path.read_text(encoding="utf-8")
-    else:
-        assert len(pngs) == len(SECTIONS) - 1  # every section but the table has one figure
-        assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert len(caught) == 1
+    assert "Slice plots" in str(caught[0].message) and "no slices today" in str(caught[0].message)
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(
+        f"report-{slug}.png" for slug in FIGURE_SLUGS if slug != "slices")
+    page = path.read_text(encoding="utf-8")
+    assert "report-slices.png" not in page and "report-history.png" in page
+    assert _h2(page) == SECTIONS
+    assert plt.get_fignums() == []
+
+
+def test_pngs_of_an_earlier_report_are_not_left_behind(tmp_path):
+    with_folds = _study("folds")
+    with_folds.optimize(_toy_objective, n_trials=3)
+    _write_with_pngs(with_folds, tmp_path)
+    (tmp_path / "report-notes.png").write_bytes(b"not ours")
+    without_folds = _study("plain")
+    without_folds.optimize(lambda t: t.suggest_float("x", 0, 1) ** 2, n_trials=3)
+    _, pngs = _write_with_pngs(without_folds, tmp_path)
+    assert sorted(pngs) == ["history", "importances", "notes", "parallel-coordinates", "slices"]
 
 
 def test_empty_study_says_no_trials_yet(tmp_path):

@@ -2,8 +2,9 @@
 
 `write_report(study, path)` reads the study's trials once, draws Optuna's standard figures plus the per-fold
 views tlsearch adds (intermediate values by fold, fold-score spread of the top trials), and writes a page with
-plotly.js embedded once. Per-trial results are read from user attributes named like scikit-learn's
-`cv_results_`: `split{k}_test_score`, `mean_test_score`, `std_test_score`.
+plotly.js embedded once. The PNGs are drawn again with Matplotlib (Agg: no browser, no display needed).
+Per-trial results are read from user attributes named like scikit-learn's `cv_results_`: `split{k}_test_score`,
+`mean_test_score`, `std_test_score`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import datetime as dt
 import html
 import math
 import re
+import threading
+import urllib.parse
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import optuna
+from optuna.importance import BaseImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
 if TYPE_CHECKING:
@@ -29,26 +33,38 @@ __all__ = ["write_report"]
 _SPLIT_SCORE = re.compile(r"^split(\d+)_test_score$")
 _STATE_WORDS = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
                 TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}
-_PNG_SIZE = (1100, 600)
+_PNG_INCHES, _PNG_DPI = (11, 6), 100
+_MAX_LEGEND_ENTRIES = 10
+# pyplot keeps global state (open figures, rcParams): two reports written at once in one process take turns.
+_PYPLOT_LOCK = threading.Lock()
 
 
 @dataclass
 class _Section:
-    """One titled part of the page: figures, and/or a note (plain text), and/or trusted HTML built here."""
+    """One titled part of the page: figures, and/or a note (plain text), and/or trusted HTML built here.
+
+    `drawings` make the PNGs: each call draws one Matplotlib figure with pyplot and returns what Optuna's
+    `optuna.visualization.matplotlib` functions return (Axes, an array of Axes, or a Figure).
+    """
 
     slug: str
     title: str
     figures: list[go.Figure] = field(default_factory=list)
     note: str | None = None
     body_html: str = ""
+    drawings: list[Callable[[], Any]] = field(default_factory=list)
     pngs: list[Path] = field(default_factory=list)
 
 
 def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k: int = 10, png: bool = True) -> Path:
     """Write the report of `study` to `path` (HTML, self-contained) and return `path`.
 
-    With `png`, each figure is also saved as `<stem>-<section>.png` beside the page when image export works
-    (kaleido with a Chrome/Chromium); otherwise PNGs are skipped with one warning and the page is still written.
+    With `png`, each section that has a figure is also drawn with Matplotlib as `<stem>-<section>.png` beside
+    the page (`<stem>-<section>-<n>.png` when it has one figure per objective), and the page links them; PNGs
+    of sections with nothing to draw are not written, and stale ones of an earlier report are removed. A PNG
+    that cannot be drawn costs one RuntimeWarning naming its section, never the page or the other PNGs.
+    If the process has not chosen a Matplotlib backend yet, Agg is chosen; a backend already chosen (notebook,
+    MPLBACKEND, a GUI) is kept. Figures are drawn with interactive mode off and closed once saved.
     `top_k` bounds the trials shown in the fold-score spread and in the table of top trials.
     """
     if top_k < 1:
@@ -97,7 +113,8 @@ def _build(builder: Callable[..., _Section], *args: Any) -> _Section:
 
 def _history_section(study: optuna.Study) -> _Section:
     figure = optuna.visualization.plot_optimization_history(study)
-    return _Section(*_SECTION_TITLES[_history_section], figures=[figure])
+    return _Section(*_SECTION_TITLES[_history_section], figures=[figure],
+                    drawings=[lambda: _mpl().plot_optimization_history(study)])
 
 
 def _pareto_section(study: optuna.Study) -> _Section:
@@ -105,16 +122,21 @@ def _pareto_section(study: optuna.Study) -> _Section:
     if len(study.directions) > 3:
         return _Section(slug, title, note="Drawn for two or three objectives only.")
     figure = optuna.visualization.plot_pareto_front(study)
-    return _Section(slug, title, figures=[figure])
+    return _Section(slug, title, figures=[figure], drawings=[lambda: _mpl().plot_pareto_front(study)])
 
 
 def _importances_section(study: optuna.Study, complete: list[FrozenTrial]) -> _Section:
     slug, title = _SECTION_TITLES[_importances_section]
     if len(complete) < 2 or not _common_params(complete):
         return _Section(slug, title, note="Needs at least 2 complete trials sharing at least one parameter.")
-    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+    evaluator = _RememberedImportances(optuna.importance.FanovaImportanceEvaluator(seed=0))
     figure = optuna.visualization.plot_param_importances(study, evaluator=evaluator)
-    return _Section(slug, title, figures=[figure])
+    # One PNG per objective: Optuna's Matplotlib version labels the bars of all objectives with the parameter
+    # order of the last one, so a shared figure would show wrong importances.
+    drawings = [lambda target=target, name=name: _mpl().plot_param_importances(study, evaluator=evaluator,
+                                                                               target=target, target_name=name)
+                for target, name in _targets(study)]
+    return _Section(slug, title, figures=[figure], drawings=drawings)
 
 
 def _parallel_coordinates_section(study: optuna.Study, complete: list[FrozenTrial]) -> _Section:
@@ -123,7 +145,10 @@ def _parallel_coordinates_section(study: optuna.Study, complete: list[FrozenTria
         return _Section(slug, title, note="The complete trials have no parameters.")
     figures = [optuna.visualization.plot_parallel_coordinate(study, target=target, target_name=name)
                for target, name in _targets(study)]
-    return _Section(slug, title, figures=figures)
+    drawings = [lambda target=target, name=name: _mpl().plot_parallel_coordinate(study, target=target,
+                                                                                 target_name=name)
+                for target, name in _targets(study)]
+    return _Section(slug, title, figures=figures, drawings=drawings)
 
 
 def _slice_section(study: optuna.Study, complete: list[FrozenTrial]) -> _Section:
@@ -132,7 +157,9 @@ def _slice_section(study: optuna.Study, complete: list[FrozenTrial]) -> _Section
         return _Section(slug, title, note="The complete trials have no parameters.")
     figures = [optuna.visualization.plot_slice(study, target=target, target_name=name)
                for target, name in _targets(study)]
-    return _Section(slug, title, figures=figures)
+    drawings = [lambda target=target, name=name: _mpl().plot_slice(study, target=target, target_name=name)
+                for target, name in _targets(study)]
+    return _Section(slug, title, figures=figures, drawings=drawings)
 
 
 def _intermediate_values_section(study: optuna.Study, trials: list[FrozenTrial]) -> _Section:
@@ -140,10 +167,32 @@ def _intermediate_values_section(study: optuna.Study, trials: list[FrozenTrial])
     if not _has_intermediate_values(trials):
         return _Section(slug, title, note="No trial reported intermediate values.")
     figure = optuna.visualization.plot_intermediate_values(study)
-    figure.update_layout(title="Score after each fold (one line per trial)", xaxis_title="Fold",
-                         yaxis_title="Intermediate value")
+    figure.update_layout(title=_INTERMEDIATE_TITLE, xaxis_title="Fold", yaxis_title="Intermediate value")
     figure.update_xaxes(tick0=0, dtick=1)
-    return _Section(slug, title, figures=[figure])
+    return _Section(slug, title, figures=[figure], drawings=[lambda: _draw_intermediate_values(study)])
+
+
+_INTERMEDIATE_TITLE = "Score after each fold (one line per trial)"
+
+
+def _draw_intermediate_values(study: optuna.Study) -> Any:
+    from matplotlib import colormaps
+    from matplotlib.ticker import MaxNLocator
+
+    ax = _mpl().plot_intermediate_values(study)
+    ax.set_title(_INTERMEDIATE_TITLE)
+    ax.set_xlabel("Fold")
+    ax.set_ylabel("Intermediate value")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    lines = ax.get_lines()
+    legend = ax.get_legend()
+    if legend is not None and len(lines) > _MAX_LEGEND_ENTRIES:
+        legend.remove()  # one entry per trial: past a few, a PNG legend hides the plot and says nothing
+    if len(lines) > 20:  # Optuna's 20 colours are used up: the rest would share one, so shade by trial order
+        shades = colormaps["Blues"]
+        for i, line in enumerate(lines):
+            line.set_color(shades(0.3 + 0.7 * i / (len(lines) - 1)))
+    return ax
 
 
 def _fold_spread_section(study: optuna.Study, top: list[FrozenTrial]) -> _Section:
@@ -164,7 +213,25 @@ def _fold_spread_section(study: optuna.Study, top: list[FrozenTrial]) -> _Sectio
         ))
     figure.update_layout(title=f"Test score of each fold. {_ranking(study)}",
                          xaxis_title="Trial", yaxis_title="Test score", showlegend=False)
-    return _Section(slug, title, figures=[figure])
+    return _Section(slug, title, figures=[figure], drawings=[lambda: _draw_fold_spread(study, with_folds)])
+
+
+def _draw_fold_spread(study: optuna.Study, with_folds: list[tuple[FrozenTrial, dict[int, float]]]) -> Any:
+    """Box (mean as a triangle) and every fold's score as a point, one column per trial, best first."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    columns = [[scores[k] for k in sorted(scores)] for _, scores in with_folds]
+    positions = range(1, len(columns) + 1)
+    _, ax = plt.subplots()
+    ax.boxplot(columns, positions=positions, widths=0.5, showmeans=True, showfliers=False)
+    for x, scores in zip(positions, columns):
+        ax.scatter(x + np.linspace(-0.15, 0.15, len(scores)), scores, s=16, alpha=0.7, zorder=3)
+    ax.set_xticks(list(positions), [f"#{trial.number}" for trial, _ in with_folds])
+    ax.set_title(f"Test score of each fold. {_ranking(study)}")
+    ax.set_xlabel("Trial")
+    ax.set_ylabel("Test score")
+    return ax
 
 
 def _top_trials_section(study: optuna.Study, top: list[FrozenTrial]) -> _Section:
@@ -259,31 +326,102 @@ def _study_attr(study: optuna.Study, key: str) -> Any:
     return value
 
 
+class _RememberedImportances(BaseImportanceEvaluator):
+    """Computes each importance once: the HTML and the PNG figure ask for the same (fANOVA is most of the cost)."""
+
+    def __init__(self, evaluator: BaseImportanceEvaluator) -> None:
+        self._evaluator = evaluator
+        self._known: dict[tuple[Any, ...], dict[str, float]] = {}
+
+    def evaluate(self, study: optuna.Study, params: list[str] | None = None, *,
+                 target: Callable[[FrozenTrial], float] | None = None) -> dict[str, float]:
+        # Keyed by what the target yields, not by the target: Optuna makes a new lambda per objective and call.
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        key = (None if params is None else tuple(params),
+               tuple((t.number, tuple(t.values) if target is None else target(t)) for t in complete))
+        if key not in self._known:
+            self._known[key] = self._evaluator.evaluate(study, params, target=target)
+        return dict(self._known[key])
+
+
 # ---------------------------------------------------------------------------------------------- output
 
 
 def _export_pngs(sections: list[_Section], page: Path) -> None:
-    """Save each figure as a PNG beside the page; on any export failure, warn once and keep none linked."""
-    jobs = []
-    for section in sections:
-        for i, figure in enumerate(section.figures):
-            suffix = f"-{i + 1}" if len(section.figures) > 1 else ""
-            jobs.append((section, figure, page.with_name(f"{page.stem}-{section.slug}{suffix}.png")))
-    if not jobs:
-        return
+    """Draw each section's figures with Matplotlib and save them beside the page; warn once per failed section."""
     try:
-        import plotly.io as pio
+        import matplotlib
 
-        page.parent.mkdir(parents=True, exist_ok=True)
-        pio.write_images([figure for _, figure, _ in jobs], [file for _, _, file in jobs],
-                         width=[figure.layout.width or _PNG_SIZE[0] for _, figure, _ in jobs],
-                         height=[figure.layout.height or _PNG_SIZE[1] for _, figure, _ in jobs])
-    except Exception as error:  # noqa: BLE001 - kaleido missing, no Chrome, a crashed browser: all just mean no PNGs
-        reason = next((line.strip(" ,") for line in str(error).splitlines() if line.strip()), type(error).__name__)
-        warnings.warn(f"PNG export skipped (the HTML report is complete): {reason}", RuntimeWarning, stacklevel=3)
+        chosen = matplotlib.get_backend(auto_select=False)
+    except ImportError as error:
+        warnings.warn(f"PNGs not written (the HTML report is complete): {error}", RuntimeWarning, stacklevel=3)
         return
-    for section, _, file in jobs:
-        section.pngs.append(file)
+    except TypeError:  # Matplotlib < 3.10 cannot tell whether a backend was chosen: keep whatever it picks
+        chosen = "kept"
+    if chosen is None:
+        matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+
+    page.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_pngs(page)
+    rc = {"figure.figsize": _PNG_INCHES, "figure.dpi": _PNG_DPI}
+    failures = []
+    with _PYPLOT_LOCK, matplotlib.rc_context(), plt.ioff(), warnings.catch_warnings():
+        # Optuna's Matplotlib functions are "experimental" and set the ggplot style globally:
+        # rc_context restores the caller's rcParams afterwards.
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        plt.style.use("ggplot")
+        matplotlib.rcParams.update(rc)
+        for section in sections:
+            try:
+                for i, draw in enumerate(section.drawings):
+                    section.pngs.append(_save_png(draw, _png_path(page, section, i)))
+            except Exception as error:  # noqa: BLE001 - one figure that cannot be drawn must not cost the others
+                failures.append((section, f"{type(error).__name__}: {error}".splitlines()[0]))
+    for section, reason in failures:
+        warnings.warn(f"PNG of section {section.title!r} not written ({reason}); the HTML report and the other "
+                      "PNGs are", RuntimeWarning, stacklevel=3)
+
+
+def _png_path(page: Path, section: _Section, index: int) -> Path:
+    suffix = f"-{index + 1}" if len(section.drawings) > 1 else ""
+    return page.with_name(f"{page.stem}-{section.slug}{suffix}.png")
+
+
+def _remove_stale_pngs(page: Path) -> None:
+    """An earlier report's PNGs beside this page would pass for this one's: the names are the report's own."""
+    slugs = "|".join(re.escape(slug) for slug, _ in _SECTION_TITLES.values())
+    own = re.compile(rf"{re.escape(page.stem)}-(?:{slugs})(?:-\d+)?\.png")
+    for file in page.parent.iterdir():
+        if own.fullmatch(file.name):
+            file.unlink(missing_ok=True)
+
+
+def _save_png(draw: Callable[[], Any], file: Path) -> Path:
+    """Call `draw`, save its figure to `file` (whole or not at all), and close every figure it opened."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    opened_before = set(plt.get_fignums())
+    partial = file.with_name(file.name + ".partial")
+    try:
+        drawn = draw()
+        if isinstance(drawn, np.ndarray):  # one Axes per parameter, all on one figure
+            drawn = drawn.flat[0]
+        figure = getattr(drawn, "figure", drawn)
+        figure.savefig(partial, format="png", dpi=_PNG_DPI, bbox_inches="tight")
+        partial.replace(file)
+        return file
+    finally:
+        partial.unlink(missing_ok=True)
+        for number in set(plt.get_fignums()) - opened_before:
+            plt.close(number)
+
+
+def _mpl() -> Any:
+    import optuna.visualization.matplotlib
+
+    return optuna.visualization.matplotlib
 
 
 def _render_page(study: optuna.Study, trials: list[FrozenTrial], sections: list[_Section]) -> str:
@@ -310,7 +448,8 @@ def _render_page(study: optuna.Study, trials: list[FrozenTrial], sections: list[
             ))
             plotlyjs_included = True
         if section.pngs:
-            links = " ".join(f'<a href="{html.escape(p.name)}">{html.escape(p.name)}</a>' for p in section.pngs)
+            links = " ".join(f'<a href="{html.escape(urllib.parse.quote(p.name))}">{html.escape(p.name)}</a>'
+                             for p in section.pngs)
             parts.append(f'<p class="png">PNG: {links}</p>')
         parts.append(section.body_html + "</section>")
     parts.append(f"<footer>Written by tlsearch on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}.</footer>"
