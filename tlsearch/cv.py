@@ -83,10 +83,8 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
         raise spaces.InvalidSpaceError(
             f"space of study {spec.name!r} returned {type(params).__name__}, expected a dict of hyperparameters")
     trainer = trainer_for(spec, arrays)
-    recorder = _ResultRecorder(trial, spec)
-    trial.set_user_attr("dataset_hash", dataset_hash)
-    trial.set_user_attr("fold_plan_hash", fold_plan_hash)
-    trial.set_user_attr("n_splits", len(folds))
+    recorder = _ResultRecorder(trial, spec, {"dataset_hash": dataset_hash, "fold_plan_hash": fold_plan_hash,
+                                             "n_splits": len(folds)})
     reports_fold_scores = isinstance(trial.study.pruner, optuna.pruners.WilcoxonPruner)
     for index, (train_idx, valid_idx) in enumerate(folds):
         fold = read_fold(arrays, train_idx, valid_idx, index, derive_seed(spec.seed, spec.name, trial.number, index))
@@ -117,10 +115,11 @@ def read_fold(arrays: Mapping[str, np.ndarray], train_idx: np.ndarray, valid_idx
 class _ResultRecorder:
     """Stores each fold's results on the trial as it finishes, and the summaries at the end."""
 
-    def __init__(self, trial: optuna.Trial, spec: StudySpec) -> None:
+    def __init__(self, trial: optuna.Trial, spec: StudySpec, first_attrs: dict[str, Any]) -> None:
         self._trial = trial
         self._suffixes = ["score"] if not spec.is_multi_objective else list(spec.metric_names)
         self._results: list[FoldResult] = []
+        self._pending = dict(first_attrs)  # written with the first fold's results
 
     def add(self, index: int, result: FoldResult) -> None:
         attrs: dict[str, Any] = {}
@@ -136,8 +135,7 @@ class _ResultRecorder:
             attrs[f"split{index}_n_epochs"] = result.n_epochs
         if result.curve is not None:
             attrs[f"split{index}_curve"] = result.curve
-        for key, value in attrs.items():
-            self._trial.set_user_attr(key, value)
+        self._write(attrs)
         self._results.append(result)
 
     def running_mean(self) -> float:
@@ -159,9 +157,20 @@ class _ResultRecorder:
         for timing in ("fit_time", "score_time"):
             values = [getattr(result, timing) for result in results]
             attrs[f"mean_{timing}"], attrs[f"std_{timing}"] = float(np.mean(values)), float(np.std(values))
-        for key, value in attrs.items():
-            self._trial.set_user_attr(key, value)
+        self._write(attrs)
         return means
+
+    def _write(self, attrs: dict[str, Any]) -> None:
+        """Store attributes in one write where the storage can (tlsearch's MongoDB and journal stores),
+        else one at a time: a trial's results are a dozen attributes, and each write is a round trip."""
+        attrs, self._pending = {**self._pending, **attrs}, {}
+        set_many = getattr(self._trial.storage, "set_trial_user_attrs", None)
+        if set_many is None:
+            for key, value in attrs.items():
+                self._trial.set_user_attr(key, value)
+            return
+        set_many(self._trial._trial_id, attrs)
+        self._trial._cached_frozen_trial.user_attrs.update(attrs)
 
 
 def describe_failure(exc: BaseException) -> dict[str, Any]:

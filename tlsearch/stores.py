@@ -70,11 +70,12 @@ def mask_credentials(uri: str) -> str:
 
 @functools.cache
 def _open_study_storage(stores: Stores) -> optuna.storages.BaseStorage:
+    from tlsearch.storage import JournalStorage, MongoStorage
+
     if stores.is_local:
         path = config.journal_path(stores.home)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
-    from tlsearch.storage import MongoStorage
+        return JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
 
     return MongoStorage(stores.mongo_uri, stores.database, heartbeat_interval=stores.heartbeat_interval,
                         grace_period=stores.grace_period)
