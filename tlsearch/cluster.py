@@ -20,6 +20,15 @@ from tlsearch.stores import Stores, require_shared
 
 log = logging.getLogger(__name__)
 
+# The local cluster fails a task whose worker died at once (the driver fails and retries that trial
+# itself), and its scheduler and nannies share the driver's process and the machine's cores with the
+# workers: Dask's statistical profiler and a 10 Hz memory poll per worker cost more than they show there.
+LOCAL_CLUSTER_CONFIG = {
+    "distributed.scheduler.allowed-failures": 0,
+    "distributed.worker.profile.enabled": False,
+    "distributed.worker.memory.monitor-interval": "1s",
+}
+
 
 @contextlib.contextmanager
 def connect(scheduler: str | None = None, n_workers: int | None = None,
@@ -45,7 +54,7 @@ def connect(scheduler: str | None = None, n_workers: int | None = None,
         raise TLSearchError(f"--workers must be at least 1, got {n_workers}")
     if not log.isEnabledFor(logging.DEBUG):  # the scheduler and nannies run in this process; keep the terminal quiet
         logging.getLogger("distributed").setLevel(logging.ERROR)
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+    with dask.config.set(LOCAL_CLUSTER_CONFIG):
         with distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                                       dashboard_address=":0", silence_logs=logging.ERROR) as cluster:
             with distributed.Client(cluster) as local:
