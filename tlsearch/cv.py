@@ -73,7 +73,7 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
     """Sample the trial's params, then train and score each fold; return the mean score (one per objective).
 
     `arrays` holds "X", "y" and optionally "groups" and "sample_weight" (read-only, memory-mapped: only
-    the rows of one fold are read at a time). After fold k the trial reports, at step k, the running mean of
+    the rows of one fold are read at a time); `folds` holds, per fold, what `read_fold` takes. After fold k the trial reports, at step k, the running mean of
     the first k+1 fold scores (the fold score itself when the study's pruner is Optuna's WilcoxonPruner),
     then asks the study's pruner and raises optuna.TrialPruned if told to. Multi-objective trials report
     nothing (Optuna cannot prune them). Errors from the space, the model or training propagate unchanged.
@@ -86,8 +86,8 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
     recorder = _ResultRecorder(trial, spec, {"dataset_hash": dataset_hash, "fold_plan_hash": fold_plan_hash,
                                              "n_splits": len(folds)})
     reports_fold_scores = isinstance(trial.study.pruner, optuna.pruners.WilcoxonPruner)
-    for index, (train_idx, valid_idx) in enumerate(folds):
-        fold = read_fold(arrays, train_idx, valid_idx, index, derive_seed(spec.seed, spec.name, trial.number, index))
+    for index, rows in enumerate(folds):
+        fold = read_fold(arrays, rows, index, derive_seed(spec.seed, spec.name, trial.number, index))
         result = trainer.run(params, fold)
         recorder.add(index, result)
         if spec.is_multi_objective:
@@ -102,14 +102,18 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
     return means if spec.is_multi_objective else means[0]
 
 
-def read_fold(arrays: Mapping[str, np.ndarray], train_idx: np.ndarray, valid_idx: np.ndarray, index: int,
-              seed: int) -> Fold:
-    """Copy one fold's rows out of the (memory-mapped) arrays: only these rows are read."""
-    X, y = arrays["X"], arrays["y"]
-    weights = arrays.get("sample_weight")
-    return Fold(x_train=np.asarray(X[train_idx]), y_train=np.asarray(y[train_idx]),
-                x_valid=np.asarray(X[valid_idx]), y_valid=np.asarray(y[valid_idx]), index=index, seed=seed,
-                sample_weight=None if weights is None else np.asarray(weights[train_idx]))
+def read_fold(arrays: Mapping[str, np.ndarray], rows: Any, index: int, seed: int) -> Fold:
+    """One fold's arrays. `rows` is either a (train_idx, valid_idx) pair, whose rows are copied out of the
+    (memory-mapped) `arrays` in index order, as scikit-learn's cross_validate does; or a host-cache fold
+    (`tlsearch.data.Fold`) whose `train` / `validation` arrays are read-only views, used without a copy."""
+    if hasattr(rows, "train"):
+        train, valid = rows.train, rows.validation
+    else:
+        train_idx, valid_idx = rows
+        train = {name: np.asarray(arrays[name][train_idx]) for name in ("X", "y", "sample_weight") if name in arrays}
+        valid = {name: np.asarray(arrays[name][valid_idx]) for name in ("X", "y")}
+    return Fold(x_train=train["X"], y_train=train["y"], x_valid=valid["X"], y_valid=valid["y"], index=index,
+                seed=seed, sample_weight=train.get("sample_weight"))
 
 
 class _ResultRecorder:

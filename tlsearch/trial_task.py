@@ -123,7 +123,7 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
         trial = optuna.Trial(study, job.trial_id)
         dataset = _open_dataset(job.stores, job.dataset_ref)
         plan = _fold_plan(job.stores, job.fold_plan_hash)
-        values = cv.evaluate(trial, spec, dataset.arrays, plan.folds,
+        values = cv.evaluate(trial, spec, dataset.arrays, _fold_rows(spec, dataset, plan),
                              dataset_hash=job.dataset_hash, fold_plan_hash=job.fold_plan_hash)
     except optuna.TrialPruned:
         return TrialOutcome(TrialState.PRUNED, worker=worker, seconds=time.perf_counter() - started)
@@ -150,6 +150,17 @@ def _host_cache():
 @functools.lru_cache(maxsize=8)
 def _open_dataset(stores: Stores, ref: str):
     return _host_cache().open(stores.dataset_store(), ref)
+
+
+def _fold_rows(spec, dataset, plan) -> list:
+    """scikit-learn models get each fold's rows gathered in index order, so their scores equal
+    cross_validate's (row order matters to bootstrap and SGD estimators); Keras models and custom loops,
+    which shuffle anyway, train on the host cache's laid-out fold arrays without copying them."""
+    from tlsearch.study import SklearnModel
+
+    if isinstance(spec.model, SklearnModel):
+        return plan.folds
+    return dataset.folds(plan)
 
 
 def _fold_plan(stores: Stores, plan_hash: str):
