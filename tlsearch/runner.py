@@ -94,6 +94,26 @@ def load(stores: Stores, name: str, spec=None) -> optuna.Study:
         raise TLSearchError(f"no study named {name!r} in {stores.describe()}") from None
 
 
+def copy(source: Stores, target: Stores, name: str, to_name: str | None = None) -> optuna.Study:
+    """Copy study `name` from `source` into `target` (e.g. a local study into MongoDB), with its dataset and
+    fold plan, so it can be resumed there (`optuna.copy_study` copies the trials and attributes)."""
+    from tlsearch.data import HostCache
+
+    to_name = to_name or name
+    study = load(source, name)
+    attrs = system_attrs(study)
+    optuna.copy_study(from_study_name=name, from_storage=source.study_storage(),
+                      to_storage=target.study_storage(), to_study_name=to_name)
+    copied = load(target, to_name)
+    if ATTR_DATASET_REF in attrs:
+        dataset = HostCache().open(source.dataset_store(), attrs[ATTR_DATASET_REF])
+        info = target.dataset_store().push(dataset.info.name, dict(dataset.arrays), metadata=dataset.info.metadata,
+                                           new_version=True)
+        target.dataset_store().put_fold_plan(source.dataset_store().get_fold_plan(attrs[ATTR_FOLD_PLAN]))
+        copied._storage.set_study_system_attr(copied._study_id, ATTR_DATASET_REF, info.ref)
+    return copied
+
+
 def system_attrs(study: optuna.Study) -> dict:
     """The study's system attributes (Optuna 5 keeps them in the storage only)."""
     return study._storage.get_study_system_attrs(study._study_id)

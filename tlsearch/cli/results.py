@@ -151,13 +151,12 @@ def _dashboard(args) -> int:
 
 
 def _copy(args) -> int:
+    from tlsearch import runner
     from tlsearch.stores import Stores
 
     source = _stores(args)
     target = Stores.resolve(args.to, args.to_database or args.database, args.home)
     to_name = args.to_name or args.name
-    _load(args)  # a clear error when the study is missing
-    optuna.copy_study(from_study_name=args.name, from_storage=source.study_storage(),
-                      to_storage=target.study_storage(), to_study_name=to_name)
-    print(f"copied study {args.name!r} from {source.describe()} to {target.describe()} as {to_name!r}")
+    runner.copy(source, target, args.name, to_name)
+    print(f"copied study {args.name!r} with its dataset from {source.describe()} to {target.describe()} as {to_name!r}")
     return 0

@@ -1,0 +1,81 @@
+"""The `tlsearch` command end to end: run, status, best, trials, report, stop, copy into MongoDB, resume."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from tlsearch.cli import main
+
+pytestmark = pytest.mark.timeout(300)
+
+STUDY = '''
+import tlsearch
+from sklearn.tree import DecisionTreeClassifier
+
+study = tlsearch.StudySpec(
+    name="iris-tree", dataset="sklearn:iris",
+    space=lambda trial: {"max_depth": trial.suggest_int("max_depth", 1, 6)},
+    model=tlsearch.SklearnModel(lambda p: DecisionTreeClassifier(max_depth=p["max_depth"], random_state=0)),
+    cv=3, metric="accuracy", n_trials=4)
+'''
+
+
+@pytest.fixture(scope="module")
+def local_study(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli")
+    study_file = folder / "iris_tree.py"
+    study_file.write_text(STUDY)
+    home = folder / "home"
+    assert main(["run", str(study_file), "--home", str(home), "--workers", "1", "--progress", "off"]) == 0
+    return study_file, home
+
+
+def test_run_prints_the_best_trial_and_writes_the_report(local_study, capsys):
+    study_file, home = local_study
+    assert main(["report", "iris-tree", "--home", str(home), "-o", str(home / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert "report:" in out and (home / "r.html").stat().st_size > 10_000
+    assert (home / "reports" / "iris-tree.html").is_file()  # written by `run`
+
+
+def test_status_best_and_trials(local_study, capsys):
+    _, home = local_study
+    assert main(["status", "--home", str(home), "--json"]) == 0
+    [status] = json.loads(capsys.readouterr().out)
+    assert status["name"] == "iris-tree" and status["complete"] + status["pruned"] == 4
+    assert status["dataset"] == "iris@1" and status["best_value"] > 0.8
+
+    assert main(["best", "iris-tree", "--home", str(home)]) == 0
+    out = capsys.readouterr().out
+    assert "best trial #" in out and "folds:" in out and "max_depth = " in out
+
+    assert main(["trials", "iris-tree", "--home", str(home), "--format", "csv", "--state", "complete"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert rows and {"split0_test_score", "split2_test_score", "mean_test_score", "params_max_depth"} <= set(rows[0])
+
+
+def test_errors_are_one_line_with_a_nonzero_exit(local_study, capsys):
+    _, home = local_study
+    assert main(["best", "no-such-study", "--home", str(home)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tlsearch: error: no study named 'no-such-study'") and err.count("\n") == 1
+    assert main(["run", str(home / "missing.py"), "--home", str(home)]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_copy_to_mongodb_then_resume_there(local_study, mongo_uri, mongo_db_name, capsys):
+    study_file, home = local_study
+    assert main(["copy", "iris-tree", "--home", str(home), "--to", mongo_uri, "--to-database", mongo_db_name]) == 0
+    assert "copied study 'iris-tree'" in capsys.readouterr().out
+    mongo = ["--mongo", mongo_uri, "--database", mongo_db_name, "--home", str(home)]
+    assert main(["stop", "iris-tree", *mongo]) == 0  # a stale stop request is cleared by the next run
+    assert main(["resume", "iris-tree", *mongo, "--n-trials", "6", "--workers", "1", "--progress", "off",
+                 "--no-report"]) == 0
+    capsys.readouterr()
+    assert main(["status", "iris-tree", *mongo, "--json"]) == 0
+    [status] = json.loads(capsys.readouterr().out)
+    assert status["complete"] + status["pruned"] == 6 and status["dataset"] == "iris@1"
