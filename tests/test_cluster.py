@@ -1,0 +1,67 @@
+"""Workers started by `tlsearch worker` against an existing scheduler, and the GPU slot layout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import distributed
+import pytest
+from optuna.trial import TrialState
+
+from tlsearch import cluster, runner
+from tlsearch.stores import Stores
+from tlsearch.study import load_study_file
+
+pytestmark = pytest.mark.timeout(240)
+
+STUDY = '''
+import tlsearch
+
+def fit(params, fold, report):
+    return float(params["x"])
+
+study = tlsearch.StudySpec(name="on-workers", dataset="sklearn:iris", model=tlsearch.CustomLoop(fit),
+                           space=lambda trial: {"x": trial.suggest_float("x", 0, 1)}, cv=2,
+                           direction="maximize", n_trials=4)
+'''
+
+
+def test_worker_command_joins_a_scheduler_and_runs_trials(tmp_path):
+    study_file = tmp_path / "study.py"
+    study_file.write_text(STUDY)
+    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=None) as empty:
+        worker = subprocess.Popen([sys.executable, "-m", "tlsearch", "worker", "--scheduler", empty.scheduler_address,
+                                   "--gpus", "all", "--cpu-workers", "1"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            with distributed.Client(empty) as client:
+                client.wait_for_workers(1, timeout=60)
+                assert cluster.trial_resources(client) is None  # a CPU worker offers no GPU share
+            study = runner.run(load_study_file(study_file), stores=Stores(home=tmp_path),
+                               scheduler=empty.scheduler_address, progress="off")
+        finally:
+            os.killpg(worker.pid, signal.SIGINT)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+    assert "starting 1 worker(s) on CPU" in worker.stdout.read()
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 4
+
+
+def test_gpu_slots_pin_devices_and_advertise_shares(monkeypatch):
+    specs = cluster.worker_specs("0,1", trials_per_gpu=2)
+    assert [s["env"]["CUDA_VISIBLE_DEVICES"] for s in specs] == ["0", "0", "1", "1"]
+    assert all(s["resources"] == {"GPU": 0.5} for s in specs)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert [s["env"]["CUDA_VISIBLE_DEVICES"] for s in cluster.worker_specs("all", 1)] == ["3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    cpu = cluster.worker_specs("all", 1, cpu_workers=3)
+    assert len(cpu) == 3 and all(not s["resources"] for s in cpu)
+    with pytest.raises(Exception, match="at least 1"):
+        cluster.worker_specs("0", trials_per_gpu=0)
