@@ -42,11 +42,31 @@ def objective(trial: optuna.Trial) -> float:
     return x * x + y + (kind == "b")
 
 
-def open_storage(kind: str, where: str, database: str) -> BaseStorage:
+class CommandCounter:
+    """A pymongo command listener counting the commands sent (each one a round trip to the server)."""
+
+    def __init__(self) -> None:
+        self.commands = 0
+
+    def started(self, event) -> None:
+        self.commands += 1
+
+    def succeeded(self, event) -> None:
+        pass
+
+    def failed(self, event) -> None:
+        pass
+
+
+def open_storage(kind: str, where: str, database: str, counter: CommandCounter | None = None) -> BaseStorage:
     """A fresh storage object of `kind` (what each process builds for itself)."""
     if kind == "mongo":
         from tlsearch.storage import MongoStorage
 
+        if counter is not None:
+            import pymongo
+
+            return MongoStorage(pymongo.MongoClient(where, event_listeners=[counter]), database)
         return MongoStorage(where, database)
     if kind == "sqlite":
         return optuna.storages.RDBStorage(f"sqlite:///{where}/{database}.sqlite3")
@@ -67,16 +87,21 @@ def _worker(kind: str, where: str, database: str, study_name: str, n_trials: int
     study.optimize(objective, n_trials=n_trials)
 
 
-def tpe_throughput(kind: str, where: str, database: str, n_trials: int, n_processes: int) -> float:
+def tpe_throughput(
+    kind: str, where: str, database: str, n_trials: int, n_processes: int, counter: CommandCounter | None = None
+) -> float:
     """Trials per second of n_processes processes optimizing one study with TPE (process start-up excluded)."""
     study_name = f"tpe-{n_processes}"
-    storage = open_storage(kind, where, database)
+    storage = open_storage(kind, where, database, counter)
     optuna.create_study(study_name=study_name, storage=storage)
     if n_processes == 1:
         study = optuna.load_study(study_name=study_name, storage=storage, sampler=optuna.samplers.TPESampler(seed=0))
-        start = time.perf_counter()
+        start, commands = time.perf_counter(), counter.commands if counter else 0
         study.optimize(objective, n_trials=n_trials)
-        return n_trials / (time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        if counter:
+            counter.commands -= commands  # what the trials sent, not the set-up
+        return n_trials / elapsed
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(n_processes + 1)
     shares = [n_trials // n_processes + (i < n_trials % n_processes) for i in range(n_processes)]
@@ -123,13 +148,17 @@ for _name in [n for n in dir(BaseStorage) if not n.startswith("__")] + ["_get_st
 TimedStorage.__abstractmethods__ = frozenset()
 
 
-def storage_cost(kind: str, where: str, database: str, n_trials: int, n_edge: int) -> tuple[float, float]:
+def storage_cost(
+    kind: str, where: str, database: str, n_trials: int, n_edge: int, counter: CommandCounter | None = None
+) -> tuple[float, float]:
     """Milliseconds of storage time per trial (random sampler) over the first and the last n_edge trials."""
-    inner = open_storage(kind, where, database)
+    inner = open_storage(kind, where, database, counter)
     if isinstance(inner, optuna.storages.RDBStorage):
         inner = optuna.storages._CachedStorage(inner)  # what Optuna itself wraps an RDBStorage in
     storage = TimedStorage(inner)
     study = optuna.create_study(study_name="cost", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
+    if counter:
+        counter.commands = 0
     per_trial: list[float] = []
     last = [0.0]
 
@@ -155,8 +184,9 @@ def run(uri: str, args: argparse.Namespace, scratch: Path) -> dict[tuple[str, st
         for kind in KINDS[repeat % len(KINDS) :] + KINDS[: repeat % len(KINDS)]:
             where = uri if kind == "mongo" else str(scratch)
             database = f"bench_{os.getpid()}_{repeat}"
+            tpe_counter = CommandCounter() if kind == "mongo" else None
             measures = {
-                "tpe1": lambda: tpe_throughput(kind, where, database + "_t1", args.tpe_trials, 1),
+                "tpe1": lambda: tpe_throughput(kind, where, database + "_t1", args.tpe_trials, 1, tpe_counter),
                 f"tpe{args.processes}": lambda: tpe_throughput(
                     kind, where, database + "_tn", args.tpe_trials, args.processes
                 ),
@@ -164,9 +194,13 @@ def run(uri: str, args: argparse.Namespace, scratch: Path) -> dict[tuple[str, st
             for key, measure in measures.items():
                 results.setdefault((kind, key), []).append(measure())
                 print(f"  {LABELS[kind]:22} {key}: {results[(kind, key)][-1]:.1f} trials/s", file=sys.stderr, flush=True)
-            first, last = storage_cost(kind, where, database + "_c", args.cost_trials, args.edge)
+            cost_counter = CommandCounter() if kind == "mongo" else None
+            first, last = storage_cost(kind, where, database + "_c", args.cost_trials, args.edge, cost_counter)
             results.setdefault((kind, "first"), []).append(first)
             results.setdefault((kind, "last"), []).append(last)
+            if tpe_counter and cost_counter:
+                results.setdefault((kind, "trips_tpe"), []).append(tpe_counter.commands / args.tpe_trials)
+                results.setdefault((kind, "trips_random"), []).append(cost_counter.commands / args.cost_trials)
             print(f"  {LABELS[kind]:22} cost: first {first:.2f} ms, last {last:.2f} ms", file=sys.stderr, flush=True)
             if kind == "mongo":
                 import pymongo
@@ -204,7 +238,11 @@ def print_table(figures: dict[tuple[str, str], float], args: argparse.Namespace)
     for cells in lines:
         print("| " + " | ".join(cells) + " |")
     print(
-        f"\n(×N: MongoStorage is N times better than that storage: throughput MongoStorage/other, cost other/MongoStorage;"
+        f"\nMongoStorage round trips per trial (independent of the machine): TPE {figures[('mongo', 'trips_tpe')]:.1f},"
+        f" random sampler {figures[('mongo', 'trips_random')]:.1f}."
+    )
+    print(
+        f"(×N: MongoStorage is N times better than that storage: throughput MongoStorage/other, cost other/MongoStorage;"
         f" medians of {args.repeat} run(s); machine: {os.cpu_count()} cores)"
     )
 

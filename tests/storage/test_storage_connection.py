@@ -89,6 +89,7 @@ def test_credentials_are_never_shown(mongo_uri, caplog):
         ("mongodb://u:p@h:1/db?x=1", "mongodb://***@h:1/db?x=1"),
         ("mongodb+srv://user:p%40ss@cluster.example.net/", "mongodb+srv://***@cluster.example.net/"),
         ("mongodb://h1,h2/?tlsCertificateKeyFilePassword=abc&w=1", "mongodb://h1,h2/?tlsCertificateKeyFilePassword=***&w=1"),
+        ("mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:t0k", "mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=***"),
         ("mongodb://h/", "mongodb://h/"),
     ],
 )
@@ -162,7 +163,10 @@ def test_a_lost_reply_to_a_state_change_still_counts_once(mongo_storage, monkeyp
 
 
 def test_a_server_restart_during_writes_loses_nothing_and_duplicates_nothing(persistent_mongo_server, caplog):
-    storage = MongoStorage(persistent_mongo_server.uri, "restart")
+    # A short server selection timeout, so that operations fail while the server is down and are retried
+    # by the storage (with the default 5 s, pymongo itself may wait the restart out).
+    uri = f"mongodb://{persistent_mongo_server.host}:{persistent_mongo_server.port}/?serverSelectionTimeoutMS=200"
+    storage = MongoStorage(uri, "restart")
     study = optuna.create_study(study_name="restart", storage=storage)
     done = threading.Event()
 

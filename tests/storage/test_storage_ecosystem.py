@@ -36,6 +36,9 @@ def summary(study: optuna.Study) -> list[tuple]:
 
 
 def test_create_optimize_and_load(mongo_storage, mongo_uri, mongo_db_name):
+    import tlsearch
+
+    assert tlsearch.MongoStorage is MongoStorage
     study = optuna.create_study(study_name="eco", storage=mongo_storage, sampler=optuna.samplers.TPESampler(seed=0))
     study.optimize(objective, n_trials=15)
     with pytest.raises(optuna.exceptions.DuplicatedStudyError):

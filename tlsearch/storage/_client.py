@@ -24,7 +24,9 @@ RETRY_WINDOW_S = 30.0  # how long an operation keeps retrying while the connecti
 _TRANSIENT_CODES = frozenset({6, 7, 89, 91, 189, 9001, 10107, 11600, 11602, 13435, 13436})
 
 _USERINFO = re.compile(r"^(mongodb(?:\+srv)?://)([^@/?#]*)@")
-_SECRET_OPTIONS = re.compile(r"(?i)((?:password|secret|token|tlsCertificateKeyFilePassword)[^=&]*=)[^&#]*")
+# Options whose values are secrets: any *password*, *secret* or *token* option, and authMechanismProperties
+# (it can carry an AWS session token).
+_SECRET_OPTIONS = re.compile(r"(?i)((?:password|secret|token|authMechanismProperties)[^=&]*=)[^&#]*")
 
 
 class MongoUnavailableError(TLSearchError, ConnectionError):

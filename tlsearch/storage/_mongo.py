@@ -31,7 +31,7 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.study import StudyDirection
 from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
-from pymongo import ReturnDocument
+from pymongo import IndexModel, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from tlsearch.storage import _codec as codec
@@ -180,12 +180,17 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
 
     @staticmethod
     def _create_indexes(collections: _Collections) -> None:
-        collections.studies.create_index([("name", 1)], unique=True, name="name_unique")
-        collections.trials.create_index([("study_id", 1), ("number", 1)], unique=True, name="study_number_unique")
-        collections.trials.create_index([("study_id", 1), ("state", 1)], name="study_state")
-        # Redundant on MongoDB (the _id index serves {_id, state}), but servers whose planner only uses a
-        # unique index matching the whole filter need it to run compare-and-set updates in constant time.
-        collections.trials.create_index([("_id", 1), ("state", 1)], unique=True, name="id_state")
+        """Create the indexes the queries need (one command per collection; existing ones are left alone)."""
+        collections.studies.create_indexes([IndexModel([("name", 1)], unique=True, name="name_unique")])
+        collections.trials.create_indexes(
+            [
+                IndexModel([("study_id", 1), ("number", 1)], unique=True, name="study_number_unique"),
+                IndexModel([("study_id", 1), ("state", 1)], name="study_state"),
+                # Redundant on MongoDB (the _id index serves {_id, state}), but servers whose planner only uses
+                # a unique index matching the whole filter need it to run compare-and-set updates in constant time.
+                IndexModel([("_id", 1), ("state", 1)], unique=True, name="id_state"),
+            ]
+        )
 
     def _retrying(self, operation: Callable[[_Collections], Any]) -> Any:
         """Run an operation that is safe to repeat, retrying while the connection is lost."""
