@@ -163,3 +163,17 @@ def test_incompatible_distributions_are_refused_across_processes(mongo_storage, 
     )
     with pytest.raises(ValueError):
         other.create_new_trial(study_id, template)
+
+
+def test_several_user_attrs_in_one_write(mongo_storage, mongo_uri, mongo_db_name):
+    study_id = mongo_storage.create_new_study([StudyDirection.MINIMIZE])
+    trial_id = mongo_storage.create_new_trial(study_id)
+    scores = {f"split{k}_test_score": 0.9 + k / 100 for k in range(5)} | {"mean_fit_time": 1.5, "a.b": [1]}
+    mongo_storage.set_trial_user_attrs(trial_id, scores)
+    mongo_storage.set_trial_user_attrs(trial_id, {})
+    assert reopen(mongo_uri, mongo_db_name).get_trial(trial_id).user_attrs == scores
+    mongo_storage.set_trial_state_values(trial_id, TrialState.COMPLETE, [1.0])
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        mongo_storage.set_trial_user_attrs(trial_id, {"late": 1})
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        mongo_storage.set_trial_user_attrs(trial_id, {})

@@ -423,8 +423,11 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
         """Set several user attributes of an unfinished trial in one write (an extension of BaseStorage:
         a trial's k-fold results are a dozen attributes)."""
-        self._update_unfinished(trial_id, {f"user_attrs.{codec.encode_name(key)}": codec.encode_value(value)
-                                           for key, value in attrs.items()})
+        fields = {f"user_attrs.{codec.encode_name(key)}": codec.encode_value(value) for key, value in attrs.items()}
+        if fields:
+            self._update_unfinished(trial_id, fields)
+        else:
+            self._check_updatable(trial_id)  # nothing to write, but the same errors as a write
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         self._update_unfinished(trial_id, {f"system_attrs.{codec.encode_name(key)}": codec.encode_value(value)})
