@@ -28,6 +28,7 @@ from pathlib import Path
 
 import optuna
 from optuna.storages import BaseStorage
+from pymongo.monitoring import CommandListener
 
 KINDS = ("mongo", "sqlite", "journal")
 LABELS = {"mongo": "MongoStorage", "sqlite": "RDBStorage(SQLite)", "journal": "JournalStorage(file)"}
@@ -42,7 +43,7 @@ def objective(trial: optuna.Trial) -> float:
     return x * x + y + (kind == "b")
 
 
-class CommandCounter:
+class CommandCounter(CommandListener):
     """A pymongo command listener counting the commands sent (each one a round trip to the server)."""
 
     def __init__(self) -> None:
@@ -193,7 +194,8 @@ def run(uri: str, args: argparse.Namespace, scratch: Path) -> dict[tuple[str, st
             }
             for key, measure in measures.items():
                 results.setdefault((kind, key), []).append(measure())
-                print(f"  {LABELS[kind]:22} {key}: {results[(kind, key)][-1]:.1f} trials/s", file=sys.stderr, flush=True)
+                figure = results[(kind, key)][-1]
+                print(f"  {LABELS[kind]:22} {key}: {figure:.1f} trials/s", file=sys.stderr, flush=True)
             cost_counter = CommandCounter() if kind == "mongo" else None
             first, last = storage_cost(kind, where, database + "_c", args.cost_trials, args.edge, cost_counter)
             results.setdefault((kind, "first"), []).append(first)
@@ -242,18 +244,22 @@ def print_table(figures: dict[tuple[str, str], float], args: argparse.Namespace)
         f" random sampler {figures[('mongo', 'trips_random')]:.1f}."
     )
     print(
-        f"(×N: MongoStorage is N times better than that storage: throughput MongoStorage/other, cost other/MongoStorage;"
+        "(×N: MongoStorage is N times better than that storage: throughput MongoStorage/other,"
+        " cost other/MongoStorage;"
         f" medians of {args.repeat} run(s); machine: {os.cpu_count()} cores)"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="example: python bench/storage.py --quick")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="example: python bench/storage.py --quick"
+    )
     parser.add_argument("--quick", action="store_true", help="a smaller run (100 TPE trials, 500 random trials)")
     parser.add_argument("--repeat", type=int, default=1, help="repeat the whole run N times and report medians")
     parser.add_argument("--processes", type=int, default=4, help="processes for the parallel TPE run (default 4)")
     args = parser.parse_args(argv)
-    args.tpe_trials, args.cost_trials, args.edge, args.warmup = (100, 500, 50, 300) if args.quick else (500, 2000, 100, 1000)
+    sizes = (100, 500, 50, 300) if args.quick else (500, 2000, 100, 1000)
+    args.tpe_trials, args.cost_trials, args.edge, args.warmup = sizes
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     from tlsearch.testing import TestMongoServer, test_mongo_uri
 

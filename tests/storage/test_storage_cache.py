@@ -88,7 +88,8 @@ def test_get_all_trials_reads_only_new_and_unfinished_trials(counted, mongo_stor
 def test_finished_trials_are_served_from_the_cache(counted, mongo_storage):
     storage, reads = counted
     study_id = mongo_storage.create_new_study([StudyDirection.MINIMIZE])
-    finished, running = add_trials(mongo_storage, study_id, 1) + add_trials(mongo_storage, study_id, 1, TrialState.RUNNING)
+    [finished] = add_trials(mongo_storage, study_id, 1)
+    [running] = add_trials(mongo_storage, study_id, 1, TrialState.RUNNING)
     storage.get_all_trials(study_id)
     reads.take()
     assert storage.get_trial(finished).value == 1.0

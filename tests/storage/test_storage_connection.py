@@ -88,8 +88,10 @@ def test_credentials_are_never_shown(mongo_uri, caplog):
     [
         ("mongodb://u:p@h:1/db?x=1", "mongodb://***@h:1/db?x=1"),
         ("mongodb+srv://user:p%40ss@cluster.example.net/", "mongodb+srv://***@cluster.example.net/"),
-        ("mongodb://h1,h2/?tlsCertificateKeyFilePassword=abc&w=1", "mongodb://h1,h2/?tlsCertificateKeyFilePassword=***&w=1"),
-        ("mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:t0k", "mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=***"),
+        ("mongodb://h1,h2/?tlsCertificateKeyFilePassword=abc&w=1",
+         "mongodb://h1,h2/?tlsCertificateKeyFilePassword=***&w=1"),
+        ("mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:t0k",
+         "mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=***"),
         ("mongodb://h/", "mongodb://h/"),
     ],
 )

@@ -30,7 +30,8 @@ def heartbeat_storage(uri: str, database: str, **kwargs) -> MongoStorage:
 
 
 def test_a_killed_workers_trial_fails_after_the_grace_period_and_is_retried(mongo_uri, mongo_db_name, tmp_path):
-    storage = heartbeat_storage(mongo_uri, mongo_db_name, heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback())
+    retry = RetryHeartbeatStaleTrialCallback()
+    storage = heartbeat_storage(mongo_uri, mongo_db_name, heartbeat_stale_trial_callback=retry)
     study = optuna.create_study(study_name="killed", storage=storage)
     started = tmp_path / "started"
     worker = subprocess.Popen(

@@ -71,7 +71,8 @@ def connect(uri: str) -> pymongo.MongoClient:
         raise MongoUnavailableError(f"cannot reach MongoDB at {mask_uri(uri)}: {scrub(str(exc), uri)}") from None
     except OperationFailure as exc:
         client.close()
-        raise MongoUnavailableError(f"MongoDB at {mask_uri(uri)} refused the connection: {scrub(str(exc), uri)}") from None
+        reason = scrub(str(exc), uri)
+        raise MongoUnavailableError(f"MongoDB at {mask_uri(uri)} refused the connection: {reason}") from None
     return client
 
 

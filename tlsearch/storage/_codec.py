@@ -309,6 +309,8 @@ def decode_trial(document: Mapping[str, Any]) -> FrozenTrial:
         distributions=distributions,
         user_attrs=decode_attrs(document.get("user_attrs", {})),
         system_attrs=decode_attrs(document.get("system_attrs", {})),
-        intermediate_values={int(step): float(value) for step, value in document.get("intermediate_values", {}).items()},
+        intermediate_values={
+            int(step): float(value) for step, value in document.get("intermediate_values", {}).items()
+        },
         trial_id=int(document["_id"]),
     )

@@ -72,8 +72,14 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
             ``optuna.storages.RetryHeartbeatStaleTrialCallback()``.
 
     Raises:
-        MongoUnavailableError: the server cannot be reached (said within about 3 seconds).
+        MongoUnavailableError: the server cannot be reached (said within about 3 seconds, for a URI; a client
+            keeps its own timeouts), or a connection stayed lost for longer than 30 seconds mid-study.
         ValueError: the URI is invalid, or a heartbeat setting is not a positive number.
+
+    What a read returns: finished trials come from this process's cache (they never change); unfinished ones
+    are read afresh, except that `get_trial` of the trial this thread has just created or taken from the
+    queue returns what it wrote. A study's name and directions are read once per process: a study another
+    process deletes stays visible here until this process next writes to one of its trials.
     """
 
     def __init__(
