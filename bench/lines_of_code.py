@@ -37,7 +37,8 @@ def run(command: list[str], cwd: Path) -> tuple[float, str]:
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}")
-    return time.perf_counter() - started, result.stdout.strip().splitlines()[-1]
+    summary = [line for line in result.stdout.splitlines() if line.startswith("best trial")]
+    return time.perf_counter() - started, (summary or result.stdout.strip().splitlines())[-1][:110]
 
 
 def main() -> None:
