@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import textwrap
@@ -123,3 +124,21 @@ def test_study_without_refit_says_how_to_make_one(tmp_path):
     optuna.create_study(study_name="plain", storage=stores.study_storage())
     with pytest.raises(TLSearchError, match="tlsearch refit plain"):
         load_model("plain", stores=stores)
+
+
+def test_test_holdout_is_never_cross_validated_and_scores_the_refit(tmp_path):
+    study_file = tmp_path / "study.py"
+    study_file.write_text(SKLEARN_STUDY.replace('n_trials=3)', 'n_trials=2, holdout=0.25)'))
+    spec = load_study_file(study_file)
+    stores = Stores(home=tmp_path / "home")
+    study = runner.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
+    plan = stores.dataset_store().get_fold_plan(runner.system_attrs(study)[runner.ATTR_FOLD_PLAN])
+    from sklearn.datasets import load_wine
+
+    X, y = load_wine(return_X_y=True)
+    kept, held_out = spec.cv.partition(X, y)
+    assert len(held_out) == math.ceil(0.25 * len(X)) and not set(kept) & set(held_out)
+    used = {int(i) for train, valid in plan.folds for i in (*train, *valid)}
+    assert used == set(kept.tolist()), "cross-validation must use every row but the hold-out, and only those"
+    record, _ = refit(spec.name, stores=stores)
+    assert record.test_score is not None and 0.5 < record.test_score <= 1.0

@@ -67,6 +67,36 @@ class AutoKFold(BaseCrossValidator):
         return StratifiedKFold(**options) if classes else KFold(**options)
 
 
+class Holdout(BaseCrossValidator):
+    """A test hold-out around a splitter: `fraction` of the rows (stratified for class labels, shuffled with
+    `random_state`) never enter cross-validation; `cv` splits the other rows. `partition` gives both sets;
+    the refit scores the final model on the held-out rows."""
+
+    def __init__(self, cv: Any, fraction: float, *, random_state: int = 0) -> None:
+        self.cv = cv
+        self.fraction = fraction
+        self.random_state = random_state
+
+    def get_n_splits(self, X: Any = None, y: Any = None, groups: Any = None) -> int:
+        return self.cv.get_n_splits(X, y, groups)
+
+    def partition(self, X: Any, y: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """(cross-validation rows, held-out rows), each sorted."""
+        from sklearn.model_selection import train_test_split
+
+        rows = np.arange(len(X))
+        stratify = y if y is not None and is_class_labels(y) else None
+        kept, held_out = train_test_split(rows, test_size=self.fraction, random_state=self.random_state,
+                                          stratify=stratify)
+        return np.sort(kept), np.sort(held_out)
+
+    def split(self, X: Any, y: Any = None, groups: Any = None):
+        kept, _ = self.partition(X, y)
+        subset = lambda array: None if array is None else np.asarray(array)[kept]
+        for train, valid in self.cv.split(np.asarray(X)[kept], subset(y), subset(groups)):
+            yield kept[train], kept[valid]
+
+
 def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarray],
              folds: Sequence[tuple[np.ndarray, np.ndarray]], *, dataset_hash: str = "",
              fold_plan_hash: str = "") -> float | list[float]:

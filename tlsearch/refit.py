@@ -44,6 +44,7 @@ class RefitRecord:
     dataset_hash: str
     params: dict
     cv_score: float | None
+    test_score: float | None  # on the study's test hold-out, when it declares one
     classes: list | None
     created: str
 
@@ -53,7 +54,6 @@ def refit(name: str, *, stores: Stores | None = None, trial_number: int | None =
     """Train trial `trial_number`'s parameters (default: the best trial's) on the study's whole dataset,
     save the model to `output` (default: HOME/models/NAME.keras or .skops), upload it as an artifact of the
     study and return its record and path. `spec` defaults to the study file the store recorded."""
-    from tlsearch import models
     from tlsearch.data import HostCache
     from tlsearch.study import KerasModel, load_study_file
 
@@ -69,8 +69,8 @@ def refit(name: str, *, stores: Stores | None = None, trial_number: int | None =
     if dataset.info.hash != attrs[runner.ATTR_DATASET_HASH]:
         raise TLSearchError(f"dataset {attrs[runner.ATTR_DATASET_REF]} changed since study {name!r} ran")
     params = _space_params(spec, trial)
-    X, y = dataset["X"], dataset["y"]
-    model = models.fit_full(spec, params, X, y, sample_weight=dataset.arrays.get("sample_weight"))
+    model, test_score = _fit(spec, params, dataset.arrays)
+    y = dataset["y"]
     is_keras = isinstance(spec.model, KerasModel)
     suffix = ".keras" if is_keras else ".skops"
     path = Path(output) if output else stores.home / "models" / f"{name}{suffix}"
@@ -84,7 +84,7 @@ def refit(name: str, *, stores: Stores | None = None, trial_number: int | None =
         trial_number=trial.number, artifact_id=artifact_id, filename=path.name,
         format="keras" if is_keras else "skops", sha256=_sha256(path),
         dataset_ref=attrs[runner.ATTR_DATASET_REF], dataset_hash=attrs[runner.ATTR_DATASET_HASH],
-        params=trial.params, cv_score=trial.user_attrs.get("mean_test_score"),
+        params=trial.params, cv_score=trial.user_attrs.get("mean_test_score"), test_score=test_score,
         classes=_classes(spec, y) if is_keras else None,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     study._storage.set_study_system_attr(study._study_id, ATTR_REFIT, asdict(record))
@@ -153,6 +153,23 @@ def _chosen_trial(study: optuna.Study, number: int | None) -> optuna.trial.Froze
         return study.best_trial
     except ValueError:
         raise TLSearchError(f"study {study.study_name!r} has no complete trial yet") from None
+
+
+def _fit(spec, params: dict, arrays) -> tuple[object, float | None]:
+    """Train on every row, or, when the study declares a test hold-out, on every row but those, and score
+    the model on them (the first metric)."""
+    from tlsearch import models
+    from tlsearch.cv import Holdout
+
+    X, y, weights = arrays["X"], arrays["y"], arrays.get("sample_weight")
+    trainer = models.trainer_for(spec, arrays)
+    seed = models.derive_seed(spec.seed, spec.name, "full")
+    if not isinstance(spec.cv, Holdout):
+        return trainer.fit_full(params, X, y, weights, seed), None
+    train, test = spec.cv.partition(X, y)
+    model = trainer.fit_full(params, X[train], y[train], None if weights is None else weights[train], seed)
+    score = getattr(trainer, "score", None)
+    return model, None if score is None else score(model, X[test], y[test])[0]
 
 
 def _space_params(spec, trial: optuna.trial.FrozenTrial) -> dict:

@@ -142,6 +142,7 @@ class StudySpec:
     seed: int = 0
     retries: int = 2
     return_train_score: bool = False
+    holdout: float | None = None
     metrics: tuple = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -163,6 +164,12 @@ class StudySpec:
                  f"must be a number of seconds > 0 or None, got {self.timeout!r}")
         _require(isinstance(self.return_train_score, bool), "StudySpec.return_train_score", "must be True or False")
         self.cv = _resolve_cv(self.cv)
+        if self.holdout is not None:
+            from tlsearch.cv import Holdout
+
+            _require(isinstance(self.holdout, float) and 0 < self.holdout < 0.5, "StudySpec.holdout",
+                     f"must be a fraction of the rows between 0 and 0.5, got {self.holdout!r}")
+            self.cv = Holdout(self.cv, self.holdout, random_state=self.seed)
         self.metrics = _resolve_metrics(self.metric, self.model)
         self.directions = _resolve_directions(self.direction, self.directions, self.metrics, self.model)
         self.direction = self.directions[0] if len(self.directions) == 1 else None

@@ -26,6 +26,8 @@ def _refit(args) -> int:
     record, path = refit(args.name, stores=Stores.resolve(args.mongo, args.database, args.home),
                          trial_number=args.trial, spec=spec, output=args.output)
     score = "" if record.cv_score is None else f" (CV score {record.cv_score:.6g})"
+    if record.test_score is not None:
+        score += f", test hold-out score {record.test_score:.6g}"
     print(f"refit trial #{record.trial_number}{score} on {record.dataset_ref}: {path}")
     print(f"stored as artifact {record.artifact_id} of study {args.name!r}; "
           f"load it with tlsearch.load_model({args.name!r})")

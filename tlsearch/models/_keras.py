@@ -226,6 +226,10 @@ class KerasTrainer:
                             sample_weight=sample_weight, callbacks=callbacks, verbose=0, **spec.fit_kwargs)
         return model, len(history.epoch)
 
+    def score(self, model: Any, x: np.ndarray, y: np.ndarray) -> list[float]:
+        """The study's metrics of a trained model on rows x, y."""
+        return self._score(model, x, y)
+
     def _score(self, model: Any, x: np.ndarray, y: np.ndarray) -> list[float]:
         reported = model.evaluate(_as_inputs(x), self._target.encode(y), batch_size=self._eval_batch_size,
                                   verbose=0, return_dict=True)

@@ -60,6 +60,10 @@ class SklearnTrainer:
         return FoldResult(test_scores=test_scores, fit_time=fit_time, score_time=score_time,
                           train_scores=train_scores)
 
+    def score(self, model: Any, x: np.ndarray, y: np.ndarray) -> list[float]:
+        """The study's metrics of a fitted model on rows x, y."""
+        return [float(scorer(model, x, y)) for scorer in self._scorers]
+
     def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
                  seed: int) -> Any:
         estimator = self._new_estimator(params, seed)
