@@ -7,7 +7,6 @@ stores from it once and reuses them.
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +48,9 @@ class Stores:
         """A human description, with any credentials masked."""
         if self.is_local:
             return f"local folder {self.home}"
-        return f"MongoDB {mask_credentials(self.mongo_uri)} (database {self.database!r})"
+        from tlsearch.storage._client import mask_uri
+
+        return f"MongoDB {mask_uri(self.mongo_uri)} (database {self.database!r})"
 
     def study_storage(self) -> optuna.storages.BaseStorage:
         return _open_study_storage(self)
@@ -61,11 +62,6 @@ class Stores:
         from tlsearch.artifacts import open_artifact_store
 
         return open_artifact_store(self.mongo_uri, database=self.database, root=self.home)
-
-
-def mask_credentials(uri: str) -> str:
-    """`mongodb://user:secret@host` → `mongodb://***@host`."""
-    return re.sub(r"(?<=://)[^@/]*@", "***@", uri)
 
 
 @functools.cache
