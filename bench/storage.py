@@ -8,7 +8,8 @@ Measures, for each storage, in one run:
 - storage cost per trial (time spent inside storage calls) with the random sampler, over the first 100 and
   the last 100 of 2,000 trials: a storage whose cost grows with the study's size shows it here.
 Prints one table; ratios say how many times better MongoStorage is (higher throughput, lower cost).
-Each storage first runs an unmeasured warm-up study (the test server is a JVM that compiles hot code). The
+Each storage first runs an unmeasured warm-up study: a long one for MongoDB (the test server is a JVM, which
+compiles its hot code only after some ten thousand requests), a short one for the file-based storages. The
 storages take turns within each repeat, in a rotating order, and the table shows medians over the repeats
 (per-trial costs are medians within each window too), so a burst of load from elsewhere on a shared
 machine moves one sample, not the result.
@@ -180,7 +181,7 @@ def warm_up(kind: str, where: str, n_trials: int) -> None:
 def run(uri: str, args: argparse.Namespace, scratch: Path) -> dict[tuple[str, str], float]:
     results: dict[tuple[str, str], list[float]] = {}
     for kind in KINDS:
-        warm_up(kind, uri if kind == "mongo" else str(scratch), args.warmup)
+        warm_up(kind, uri if kind == "mongo" else str(scratch), args.warmup if kind == "mongo" else args.warmup // 10)
     for repeat in range(args.repeat):
         for kind in KINDS[repeat % len(KINDS) :] + KINDS[: repeat % len(KINDS)]:
             where = uri if kind == "mongo" else str(scratch)
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="repeat the whole run N times and report medians")
     parser.add_argument("--processes", type=int, default=4, help="processes for the parallel TPE run (default 4)")
     args = parser.parse_args(argv)
-    sizes = (100, 500, 50, 300) if args.quick else (500, 2000, 100, 1000)
+    sizes = (100, 500, 50, 1000) if args.quick else (500, 2000, 100, 3000)
     args.tpe_trials, args.cost_trials, args.edge, args.warmup = sizes
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     from tlsearch.testing import TestMongoServer, test_mongo_uri
