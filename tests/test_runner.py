@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.timeout(300)
 
 STUDY_FILE = '''
 import os, time
+import numpy as np
 import optuna
 import tlsearch
 
@@ -205,3 +207,26 @@ def test_resume_of_a_missing_study_says_so(tmp_path):
     spec = load_study_file(write_study(tmp_path))
     with pytest.raises(TLSearchError, match="no study named 'engine'"):
         runner.run(spec, stores=Stores(home=tmp_path), n_workers=1, progress="off", resume=True)
+
+
+def test_kept_validation_predictions_are_trial_artifacts(tmp_path):
+    study_file = tmp_path / "tree.py"
+    study_file.write_text('''
+import tlsearch
+from sklearn.tree import DecisionTreeClassifier
+study = tlsearch.StudySpec(name="kept", dataset="sklearn:iris", cv=3, n_trials=2, keep_predictions=True,
+                           space=lambda trial: {"depth": trial.suggest_int("depth", 1, 4)},
+                           model=tlsearch.SklearnModel(lambda p: DecisionTreeClassifier(max_depth=p["depth"])))
+''')
+    stores = Stores(home=tmp_path / "home")
+    study = runner.run(load_study_file(study_file), stores=stores, n_workers=1, progress="off")
+    from optuna.artifacts import download_artifact, get_all_artifact_meta
+
+    for number, trial in enumerate(study.get_trials(states=(TrialState.COMPLETE,))):
+        [meta] = get_all_artifact_meta(trial, storage=study._storage)
+        path = tmp_path / f"predictions-{number}.npz"
+        download_artifact(artifact_store=stores.artifact_store(), file_path=str(path), artifact_id=meta.artifact_id)
+        with np.load(path, allow_pickle=False) as kept:
+            rows = np.concatenate([kept[f"fold{k}_index"] for k in range(3)])
+            assert sorted(rows.tolist()) == list(range(150))  # every row predicted once, out of fold
+            assert all(kept[f"fold{k}_predictions"].shape == kept[f"fold{k}_index"].shape for k in range(3))

@@ -99,7 +99,7 @@ class Holdout(BaseCrossValidator):
 
 def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarray],
              folds: Sequence[tuple[np.ndarray, np.ndarray]], *, dataset_hash: str = "",
-             fold_plan_hash: str = "") -> float | list[float]:
+             fold_plan_hash: str = "", artifact_store: Any = None) -> float | list[float]:
     """Sample the trial's params, then train and score each fold; return the mean score (one per objective).
 
     `arrays` holds "X", "y" and optionally "groups" and "sample_weight" (read-only, memory-mapped: only
@@ -107,6 +107,8 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
     the first k+1 fold scores (the fold score itself when the study's pruner is Optuna's WilcoxonPruner),
     then asks the study's pruner and raises optuna.TrialPruned if told to. Multi-objective trials report
     nothing (Optuna cannot prune them). Errors from the space, the model or training propagate unchanged.
+    With `spec.keep_predictions` and an `artifact_store`, each fold's validation predictions are kept as a
+    trial artifact `predictions.npz` (`fold{k}_index`: dataset rows, `fold{k}_predictions`).
     """
     params = spaces.sample(trial, spec.space)
     if not isinstance(params, dict):
@@ -116,20 +118,39 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
     recorder = _ResultRecorder(trial, spec, {"dataset_hash": dataset_hash, "fold_plan_hash": fold_plan_hash,
                                              "n_splits": len(folds)})
     reports_fold_scores = isinstance(trial.study.pruner, optuna.pruners.WilcoxonPruner)
+    kept: dict[str, np.ndarray] = {}
     for index, rows in enumerate(folds):
         fold = read_fold(arrays, rows, index, derive_seed(spec.seed, spec.name, trial.number, index))
         result = trainer.run(params, fold)
         recorder.add(index, result)
+        if result.predictions is not None:
+            kept[f"fold{index}_index"] = rows.validation_index if hasattr(rows, "train") else rows[1]
+            kept[f"fold{index}_predictions"] = np.asarray(result.predictions)
         if spec.is_multi_objective:
             continue
         value = result.test_scores[0] if reports_fold_scores else recorder.running_mean()
         trial.report(value, index)
         if index < len(folds) - 1 and trial.should_prune():
             recorder.summarise()
+            _keep_predictions(trial, artifact_store, kept)
             raise optuna.TrialPruned(f"pruned after fold {index} of {len(folds)}: "
                                      f"running mean {recorder.running_mean():.6g}")
     means = recorder.summarise()
+    _keep_predictions(trial, artifact_store, kept)
     return means if spec.is_multi_objective else means[0]
+
+
+def _keep_predictions(trial: optuna.Trial, artifact_store: Any, kept: dict[str, np.ndarray]) -> None:
+    """Upload the folds' validation predictions as the trial's artifact `predictions.npz` (no pickle)."""
+    if artifact_store is None or not kept:
+        return
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "predictions.npz"
+        np.savez(path, **kept)
+        optuna.artifacts.upload_artifact(artifact_store=artifact_store, file_path=str(path), study_or_trial=trial)
 
 
 def read_fold(arrays: Mapping[str, np.ndarray], rows: Any, index: int, seed: int) -> Fold:

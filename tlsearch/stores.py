@@ -59,9 +59,7 @@ class Stores:
         return _open_dataset_store(self)
 
     def artifact_store(self):
-        from tlsearch.artifacts import open_artifact_store
-
-        return open_artifact_store(self.mongo_uri, database=self.database, root=self.home)
+        return _open_artifact_store(self)
 
 
 @functools.cache
@@ -75,6 +73,13 @@ def _open_study_storage(stores: Stores) -> optuna.storages.BaseStorage:
 
     return MongoStorage(stores.mongo_uri, stores.database, heartbeat_interval=stores.heartbeat_interval,
                         grace_period=stores.grace_period)
+
+
+@functools.cache
+def _open_artifact_store(stores: Stores):
+    from tlsearch.artifacts import open_artifact_store
+
+    return open_artifact_store(stores.mongo_uri, database=stores.database, root=stores.home)
 
 
 @functools.cache

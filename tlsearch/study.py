@@ -143,6 +143,7 @@ class StudySpec:
     retries: int = 2
     return_train_score: bool = False
     holdout: float | None = None
+    keep_predictions: bool = False
     metrics: tuple = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -163,6 +164,7 @@ class StudySpec:
                                           and self.timeout > 0), "StudySpec.timeout",
                  f"must be a number of seconds > 0 or None, got {self.timeout!r}")
         _require(isinstance(self.return_train_score, bool), "StudySpec.return_train_score", "must be True or False")
+        _require(isinstance(self.keep_predictions, bool), "StudySpec.keep_predictions", "must be True or False")
         self.cv = _resolve_cv(self.cv)
         if self.holdout is not None:
             from tlsearch.cv import Holdout

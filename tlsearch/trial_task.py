@@ -124,7 +124,8 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
         dataset = _open_dataset(job.stores, job.dataset_ref)
         plan = _fold_plan(job.stores, job.fold_plan_hash)
         values = cv.evaluate(trial, spec, dataset.arrays, _fold_rows(spec, dataset, plan),
-                             dataset_hash=job.dataset_hash, fold_plan_hash=job.fold_plan_hash)
+                             dataset_hash=job.dataset_hash, fold_plan_hash=job.fold_plan_hash,
+                             artifact_store=job.stores.artifact_store() if spec.keep_predictions else None)
     except optuna.TrialPruned:
         return TrialOutcome(TrialState.PRUNED, worker=worker, seconds=time.perf_counter() - started)
     except Exception as error:  # the trial failed; the study goes on

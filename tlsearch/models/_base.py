@@ -54,6 +54,7 @@ class FoldResult:
     train_scores: list[float] | None = None
     n_epochs: int | None = None
     curve: list[list[float]] | None = None
+    predictions: np.ndarray | None = None  # on the validation rows, when the study keeps them
 
 
 class FoldTrainer(Protocol):

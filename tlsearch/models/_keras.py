@@ -173,6 +173,7 @@ class KerasTrainer:
         self._input_shape = tuple(input_shape)
         self._target = target
         self._return_train_score = spec.return_train_score
+        self._keep_predictions = spec.keep_predictions
         self._eval_batch_size = max(self._model_spec.batch_size, 256)
 
     def run(self, params: dict, fold: Fold) -> FoldResult:
@@ -186,6 +187,8 @@ class KerasTrainer:
             test_scores = self._score(model, fold.x_valid, fold.y_valid)
             score_time = time.perf_counter() - started
             train_scores = self._score(model, fold.x_train, fold.y_train) if self._return_train_score else None
+            predictions = (self._estimator_view(model).predict(fold.x_valid) if self._keep_predictions
+                           else None)
         finally:
             # Free the fold's graph and weights: a worker runs many trials and must not grow.
             model = None
@@ -193,7 +196,7 @@ class KerasTrainer:
             keras.backend.clear_session()
             gc.collect()
         return FoldResult(test_scores=test_scores, fit_time=fit_time, score_time=score_time,
-                          train_scores=train_scores, n_epochs=n_epochs)
+                          train_scores=train_scores, n_epochs=n_epochs, predictions=predictions)
 
     def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
                  seed: int) -> Any:

@@ -35,6 +35,7 @@ class SklearnTrainer:
         self._factory = spec.model.factory
         self._scorers = [resolve_scorer(metric) for metric in spec.metrics]
         self._return_train_score = spec.return_train_score
+        self._keep_predictions = spec.keep_predictions
 
     def _new_estimator(self, params: dict, seed: int) -> Any:
         # Estimators left with random_state=None draw from NumPy's global generator: seed it per fold.
@@ -57,8 +58,9 @@ class SklearnTrainer:
         train_scores = None
         if self._return_train_score:
             train_scores = [float(scorer(estimator, fold.x_train, fold.y_train)) for scorer in self._scorers]
+        predictions = estimator.predict(fold.x_valid) if self._keep_predictions else None
         return FoldResult(test_scores=test_scores, fit_time=fit_time, score_time=score_time,
-                          train_scores=train_scores)
+                          train_scores=train_scores, predictions=predictions)
 
     def score(self, model: Any, x: np.ndarray, y: np.ndarray) -> list[float]:
         """The study's metrics of a fitted model on rows x, y."""
