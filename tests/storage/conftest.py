@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import optuna
 import pytest
 
 from tlsearch.storage import MongoStorage
@@ -13,3 +14,12 @@ def mongo_storage(mongo_uri, mongo_db_name):
     storage = MongoStorage(mongo_uri, mongo_db_name)
     yield storage
     storage.close()
+
+
+@pytest.fixture(autouse=True)
+def _quiet_optuna():
+    """Optuna logs every trial at INFO; the multi-process tests make hundreds."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    yield
+    optuna.logging.set_verbosity(verbosity)

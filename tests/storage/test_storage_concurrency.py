@@ -10,7 +10,6 @@ from pathlib import Path
 
 import optuna
 import pymongo
-import pytest
 from optuna.trial import TrialState
 
 from tlsearch.storage import MongoStorage
@@ -95,11 +94,3 @@ def _wait_for_trials(storage: MongoStorage, study_id: int, more: int, timeout: f
     while len(storage.get_all_trials(study_id, deepcopy=False)) < target:
         assert time.monotonic() < deadline, "the creating process made no progress"
         time.sleep(0.02)
-
-
-@pytest.fixture(autouse=True)
-def _quiet_optuna():
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    yield
-    optuna.logging.set_verbosity(verbosity)

@@ -202,11 +202,3 @@ def test_a_server_restart_during_writes_loses_nothing_and_duplicates_nothing(per
     assert all(sorted(trial.intermediate_values) == [0, 1, 2] for trial in trials)
     documents = pymongo.MongoClient(persistent_mongo_server.uri)["restart"]["trials"].count_documents({})
     assert documents == 40
-
-
-@pytest.fixture(autouse=True)
-def _quiet_optuna():
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    yield
-    optuna.logging.set_verbosity(verbosity)

@@ -95,11 +95,3 @@ def call(app, path: str) -> dict:
     body = b"".join(app(environ, lambda s, headers, exc_info=None: status.append(s)))
     assert status[0].startswith("200"), (status, body[:500])
     return json.loads(body)
-
-
-@pytest.fixture(autouse=True)
-def _quiet_optuna():
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    yield
-    optuna.logging.set_verbosity(verbosity)

@@ -118,11 +118,3 @@ def _wait_until(condition, timeout: float) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"gave up waiting after {timeout} s"
         time.sleep(0.05)
-
-
-@pytest.fixture(autouse=True)
-def _quiet_optuna():
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    yield
-    optuna.logging.set_verbosity(verbosity)
