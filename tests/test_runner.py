@@ -100,7 +100,7 @@ def test_worker_killed_mid_trial_is_failed_and_retried(tmp_path):
     assert len(failed) == 1 and failed[0].user_attrs["error_type"] == "WorkerLost"
     retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == failed[0].number]
     assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
-    assert retries[0].params == failed[0].params
+    assert retries[0].params == failed[0].params and "error_type" not in retries[0].user_attrs
 
 
 def test_user_error_fails_the_trial_with_its_message_and_the_study_goes_on(tmp_path):

@@ -18,7 +18,6 @@ from pathlib import Path
 import distributed
 import filelock
 import optuna
-from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
 
@@ -200,9 +199,20 @@ def _fail_and_retry(study: optuna.Study, trial_id: int, error: dict, retries: in
             return
     except optuna.exceptions.UpdateFinishedTrialError:
         return  # someone else finished or failed it first
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        RetryHeartbeatStaleTrialCallback(max_retry=retries)(study, storage.get_trial(trial_id))
+    _queue_retry(study, storage.get_trial(trial_id), retries)
+
+
+def _queue_retry(study: optuna.Study, failed: optuna.trial.FrozenTrial, retries: int) -> None:
+    """Enqueue `failed`'s parameters again, up to `retries` times per original trial. The bookkeeping is
+    Optuna's RetryHeartbeatStaleTrialCallback's (system attrs `failed_trial`, `retry_history`), but the
+    failed attempt's user attributes (its error, partial fold scores) stay with it."""
+    history = [*failed.system_attrs.get("retry_history", []), failed.number]
+    if len(history) > retries:
+        return
+    system_attrs = {**failed.system_attrs, "failed_trial": failed.system_attrs.get("failed_trial", failed.number),
+                    "retry_history": history}
+    study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, params=failed.params,
+                                              distributions=failed.distributions, system_attrs=system_attrs))
 
 
 class _Dispatcher:
