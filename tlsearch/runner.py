@@ -190,10 +190,10 @@ def _fail_abandoned_trials(study: optuna.Study, spec) -> None:
 
 
 def _fail_and_retry(study: optuna.Study, trial_id: int, error: dict, retries: int) -> None:
+    """Record why the trial failed, fail it (unless someone finished it first) and queue its retry."""
     storage = study._storage
-    for key, value in error.items():
-        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-            storage.set_trial_user_attr(trial_id, key, value)
+    with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+        storage.set_trial_user_attrs(trial_id, error)
     try:
         if not storage.set_trial_state_values(trial_id, TrialState.FAIL):
             return

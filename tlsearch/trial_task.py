@@ -112,11 +112,10 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
     spec = _unpack_spec(spec_payload)
     started = time.perf_counter()
     worker = f"{socket.gethostname()}:{os.getpid()}"
-    storage = job.stores.study_storage()
     try:
         study = optuna.load_study(
             study_name=job.study_name,
-            storage=storage,
+            storage=job.stores.study_storage(),
             sampler=seeded_sampler(spec.sampler, job.seed),
             pruner=spec.pruner,
         )
@@ -128,15 +127,10 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
                              artifact_store=job.stores.artifact_store() if spec.keep_predictions else None)
     except optuna.TrialPruned:
         return TrialOutcome(TrialState.PRUNED, worker=worker, seconds=time.perf_counter() - started)
-    except Exception as error:  # the trial failed; the study goes on
-        attrs = cv.describe_failure(error)
-        for key, value in attrs.items():
-            try:
-                storage.set_trial_user_attr(job.trial_id, key, value)
-            except Exception:  # the trial may already be finished by the driver; the outcome still says why
-                break
-        return TrialOutcome(TrialState.FAIL, error=attrs, retryable=cv.is_infrastructure_error(error),
-                            worker=worker, seconds=time.perf_counter() - started)
+    except Exception as error:  # the trial failed; the study goes on (the driver records why)
+        return TrialOutcome(TrialState.FAIL, error=cv.describe_failure(error),
+                            retryable=cv.is_infrastructure_error(error), worker=worker,
+                            seconds=time.perf_counter() - started)
     values = [float(values)] if np.isscalar(values) else [float(v) for v in values]
     return TrialOutcome(TrialState.COMPLETE, values, worker=worker, seconds=time.perf_counter() - started)
 
