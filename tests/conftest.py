@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import uuid
 
+import numpy as np
 import pymongo
 import pytest
+from sklearn.datasets import load_digits
 
 from tlsearch.testing import TestMongoServer, test_mongo_uri
 
@@ -54,3 +56,13 @@ def persistent_mongo_server(tmp_path):
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """Digits as read-only memory-mapped arrays, like a worker's host cache gives them."""
+    folder = tmp_path_factory.mktemp("digits")
+    X, y = load_digits(return_X_y=True)
+    np.save(folder / "X.npy", X)
+    np.save(folder / "y.npy", y)
+    return {"X": np.load(folder / "X.npy", mmap_mode="r"), "y": np.load(folder / "y.npy", mmap_mode="r")}

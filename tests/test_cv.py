@@ -6,7 +6,7 @@ import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
-from sklearn.datasets import load_digits, load_iris
+from sklearn.datasets import load_iris
 from sklearn.dummy import DummyClassifier
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import make_scorer, mean_absolute_error
@@ -19,16 +19,6 @@ from tlsearch.spaces import InvalidSpaceError
 from tlsearch.study import CustomLoop, SklearnModel, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    """Digits as read-only memory-mapped arrays, like a worker's host cache gives them."""
-    folder = tmp_path_factory.mktemp("digits")
-    X, y = load_digits(return_X_y=True)
-    np.save(folder / "X.npy", X)
-    np.save(folder / "y.npy", y)
-    return {"X": np.load(folder / "X.npy", mmap_mode="r"), "y": np.load(folder / "y.npy", mmap_mode="r")}
 
 
 def logistic(params):

@@ -6,7 +6,7 @@ import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
-from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits
+from sklearn.datasets import load_breast_cancer, load_diabetes
 from sklearn.neighbors import KNeighborsClassifier
 
 from search_spaces.mlp import make_mlp
@@ -24,15 +24,6 @@ SMALL_MLP = {"mlp": {"units": [32], "dropout": 0.0, "activation": "relu", "batch
 def build_mlp(params, input_shape, n_classes):
     model = make_mlp(params["mlp"], input_shape, n_classes, rescale=1 / 16)
     return compile_model(model, params["optimizer"], n_classes)
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("digits")
-    X, y = load_digits(return_X_y=True)
-    np.save(folder / "X.npy", X)
-    np.save(folder / "y.npy", y)
-    return {"X": np.load(folder / "X.npy", mmap_mode="r"), "y": np.load(folder / "y.npy", mmap_mode="r")}
 
 
 def run(spec, arrays):
