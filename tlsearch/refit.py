@@ -163,7 +163,7 @@ def _fit(spec, params: dict, arrays) -> tuple[object, float | None]:
 
     X, y, weights = arrays["X"], arrays["y"], arrays.get("sample_weight")
     trainer = models.trainer_for(spec, arrays)
-    seed = models.derive_seed(spec.seed, spec.name, "full")
+    seed = models.full_fit_seed(spec)
     if not isinstance(spec.cv, Holdout):
         return trainer.fit_full(params, X, y, weights, seed), None
     train, test = spec.cv.partition(X, y)

@@ -33,6 +33,13 @@ def common_options() -> argparse.ArgumentParser:
     return parser
 
 
+def stores_of(args):
+    """The stores the common options select (`--mongo`, `--database`, `--home`)."""
+    from tlsearch.stores import Stores
+
+    return Stores.resolve(args.mongo, args.database, args.home)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tlsearch",

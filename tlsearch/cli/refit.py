@@ -18,12 +18,12 @@ def register(subparsers, parent) -> None:
 
 
 def _refit(args) -> int:
+    from tlsearch.cli import stores_of
     from tlsearch.refit import refit
-    from tlsearch.stores import Stores
     from tlsearch.study import load_study_file
 
     spec = load_study_file(args.study_file) if args.study_file else None
-    record, path = refit(args.name, stores=Stores.resolve(args.mongo, args.database, args.home),
+    record, path = refit(args.name, stores=stores_of(args),
                          trial_number=args.trial, spec=spec, output=args.output)
     score = "" if record.cv_score is None else f" (CV score {record.cv_score:.6g})"
     if record.test_score is not None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from tlsearch.cli import stores_of
 from tlsearch.errors import TLSearchError
 
 
@@ -69,22 +70,18 @@ def register(subparsers, parent) -> None:
     copy.set_defaults(func=_copy)
 
 
-def _stores(args):
-    from tlsearch.stores import Stores
-
-    return Stores.resolve(args.mongo, args.database, args.home)
 
 
 def _load(args) -> optuna.Study:
     from tlsearch import runner
 
-    return runner.load(_stores(args), args.name)
+    return runner.load(stores_of(args), args.name)
 
 
 def _status(args) -> int:
     from tlsearch import results
 
-    stores = _stores(args)
+    stores = stores_of(args)
     storage = stores.study_storage()
     summaries = optuna.get_all_study_summaries(storage, include_best_trial=True)
     if args.name:
@@ -143,7 +140,7 @@ def _dashboard(args) -> int:
         import optuna_dashboard
     except ImportError:
         raise TLSearchError("optuna-dashboard is not installed: pip install 'tlsearch[dashboard]'") from None
-    stores = _stores(args)
+    stores = stores_of(args)
     print(f"optuna-dashboard on {stores.describe()}: http://{args.host}:{args.port}/  (Ctrl-C to stop)")
     optuna_dashboard.run_server(stores.study_storage(), host=args.host, port=args.port,
                                 artifact_store=stores.artifact_store())
@@ -154,7 +151,7 @@ def _copy(args) -> int:
     from tlsearch import runner
     from tlsearch.stores import Stores
 
-    source = _stores(args)
+    source = stores_of(args)
     target = Stores.resolve(args.to, args.to_database or args.database, args.home)
     to_name = args.to_name or args.name
     runner.copy(source, target, args.name, to_name)

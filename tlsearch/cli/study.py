@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from tlsearch import config
+from tlsearch.cli import stores_of
 from tlsearch.errors import TLSearchError
 
 
@@ -67,7 +68,7 @@ def _resume(args) -> int:
 
     study_file = args.study_file
     if study_file is None:
-        study = runner.load(_stores(args), args.name)
+        study = runner.load(stores_of(args), args.name)
         study_file = runner.system_attrs(study).get(runner.ATTR_STUDY_FILE)
         if study_file is None:
             raise TLSearchError(f"the store has no study file for {args.name!r}: pass --study-file")
@@ -79,7 +80,7 @@ def _resume(args) -> int:
 def _drive(args, spec, name: str, study_file, resume: bool) -> int:
     from tlsearch import results, runner
 
-    stores = _stores(args)
+    stores = stores_of(args)
     study = runner.run(spec, stores=stores, scheduler=config.scheduler(args.scheduler), n_workers=args.workers,
                        parallelism=args.parallelism, n_trials=args.n_trials, timeout=args.timeout, name=name,
                        study_file=study_file, progress=args.progress, resume=resume)
@@ -96,12 +97,6 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
 def _stop(args) -> int:
     from tlsearch import runner
 
-    runner.request_stop(_stores(args), args.name)
+    runner.request_stop(stores_of(args), args.name)
     print(f"asked the drivers of {args.name!r} to stop; running trials will finish")
     return 0
-
-
-def _stores(args):
-    from tlsearch.stores import Stores
-
-    return Stores.resolve(args.mongo, args.database, args.home)

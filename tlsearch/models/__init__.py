@@ -61,5 +61,9 @@ def fit_full(spec: StudySpec, params: dict, X: np.ndarray, y: np.ndarray, *,
 
     Keras classification models are trained on labels encoded as indices into np.unique(y).
     """
-    seed = derive_seed(spec.seed, spec.name, "full")
-    return trainer_for(spec, {"X": X, "y": y}).fit_full(params, X, y, sample_weight, seed)
+    return trainer_for(spec, {"X": X, "y": y}).fit_full(params, X, y, sample_weight, full_fit_seed(spec))
+
+
+def full_fit_seed(spec: StudySpec) -> int:
+    """The seed of a final model trained on all rows (distinct from every fold's)."""
+    return derive_seed(spec.seed, spec.name, "full")
