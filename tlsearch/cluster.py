@@ -27,6 +27,10 @@ LOCAL_CLUSTER_CONFIG = {
     "distributed.scheduler.allowed-failures": 0,
     "distributed.worker.profile.enabled": False,
     "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.scheduler.work-stealing-interval": "1s",
+    "distributed.scheduler.worker-saturation": 1.0,
 }
 
 
