@@ -232,6 +232,9 @@ class _Dispatcher:
         self.last_error = ""
         self.progress = Progress(n_trials, self._count_done(), progress)
         self._heartbeat_stop = threading.Event()
+        # Results are fetched from the workers in the background as trials finish, not one by one here.
+        self._finished = distributed.as_completed(with_results=True, raise_errors=False)
+        self._untold: list[tuple[int, int, TrialOutcome]] = []  # collected, not yet told to the study
 
     def run(self) -> None:
         client = self.client
@@ -249,16 +252,23 @@ class _Dispatcher:
                 try:
                     if not self.stopping:
                         self._check_stop(started)
-                    while not self.stopping and len(self.running) < self.parallelism and self._wants_more():
-                        self._submit()
+                    self._fill()
                     if not self.running:
                         break
-                    done, _ = distributed.wait(list(self.running), timeout=1.0, return_when="FIRST_COMPLETED")
-                    for future in done:
-                        self._finish(future)
+                    finished = [self._collect(future, result) for future, result in self._next_finished(timeout=1.0)
+                                if future in self.running]
+                    for failed in [item for item in finished if item[2].state == TrialState.FAIL]:
+                        self._record(*failed)  # first, so that a retry it queues takes the next free slot
+                    # The other results are recorded after the free slots are refilled: a whole wave of trials
+                    # often finishes at once, and recording takes the driver a few milliseconds per trial.
+                    self._untold = [item for item in finished if item[2].state != TrialState.FAIL]
+                    try:
+                        self._fill()
+                    finally:
+                        untold, self._untold = self._untold, []
+                        for item in untold:
+                            self._record(*item)
                     self.progress.update(len(self.running), self._best())
-                except distributed.TimeoutError:
-                    continue
                 except KeyboardInterrupt:
                     if interrupted:
                         self._abandon_running("interrupted (Ctrl-C)")
@@ -272,10 +282,15 @@ class _Dispatcher:
                 self._abandon_running("the driver stopped")
             self.progress.close()
 
+    def _fill(self) -> None:
+        while not self.stopping and len(self.running) < self.parallelism and self._wants_more():
+            self._submit()
+
     def _wants_more(self) -> bool:
         if self.n_trials is None:
             return True
-        return self._count_done() + len(self.running) < self.n_trials
+        untold_done = sum(outcome.state in _DONE for _, _, outcome in self._untold)
+        return self._count_done() + untold_done + len(self.running) < self.n_trials
 
     def _count_done(self) -> int:
         return len(self.study.get_trials(deepcopy=False, states=_DONE))
@@ -302,16 +317,29 @@ class _Dispatcher:
         future = self.client.submit(run_trial, job, self.spec_future, key=f"trial-{self.study.study_name}-{trial.number}-{trial._trial_id}",
                                     pure=False, resources=self.resources)
         self.running[future] = (trial._trial_id, trial.number)
+        self._finished.add(future)
         self._beat(trial._trial_id)
 
-    def _finish(self, future: distributed.Future) -> None:
+    def _next_finished(self, timeout: float) -> list[tuple[distributed.Future, object]]:
+        """The (future, result) pairs of the tasks that finished, waiting up to `timeout` s for the first."""
+        with self._finished.thread_condition:
+            if not self._finished.has_ready():
+                self._finished.thread_condition.wait(timeout)
+        return self._finished.next_batch(block=False)
+
+    def _collect(self, future: distributed.Future, result) -> tuple[int, int, TrialOutcome]:
+        """Take a finished task out of the running set: (trial id, number, outcome)."""
         trial_id, number = self.running.pop(future)
-        try:
-            outcome: TrialOutcome = future.result()
-        except Exception as error:  # the task itself was lost: worker died, cancelled, unpicklable result
-            outcome = TrialOutcome(TrialState.FAIL, error={"error_type": "WorkerLost",
-                                                           "error_message": f"{type(error).__name__}: {error}"},
-                                   retryable=True)
+        if future.status == "finished":
+            return trial_id, number, result
+        # The task itself was lost: worker died, cancelled, unpicklable result.
+        error = result[1] if isinstance(result, tuple) else result
+        return trial_id, number, TrialOutcome(
+            TrialState.FAIL, error={"error_type": "WorkerLost", "error_message": f"{type(error).__name__}: {error}"},
+            retryable=True)
+
+    def _record(self, trial_id: int, number: int, outcome: TrialOutcome) -> None:
+        """Tell the study how a trial ended (failing and re-queueing it if it failed)."""
         if outcome.state == TrialState.FAIL:
             self.failed_in_a_row += 1
             self.last_error = f"{outcome.error.get('error_type')}: {outcome.error.get('error_message')}"
