@@ -64,12 +64,13 @@ class Stores:
 
 @functools.cache
 def _open_study_storage(stores: Stores) -> optuna.storages.BaseStorage:
-    from tlsearch.storage import JournalStorage, MongoStorage
+    from tlsearch.storage import MongoStorage
+    from tlsearch.storage._journal import open_journal
 
     if stores.is_local:
         path = config.journal_path(stores.home)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+        return open_journal(str(path))
 
     return MongoStorage(stores.mongo_uri, stores.database, heartbeat_interval=stores.heartbeat_interval,
                         grace_period=stores.grace_period)
