@@ -127,9 +127,9 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
             kept[f"fold{index}_index"] = rows.validation_index if hasattr(rows, "train") else rows[1]
             kept[f"fold{index}_predictions"] = np.asarray(result.predictions)
         if spec.is_multi_objective:
+            recorder.write()
             continue
-        value = result.test_scores[0] if reports_fold_scores else recorder.running_mean()
-        trial.report(value, index)
+        recorder.write(report=result.test_scores[0] if reports_fold_scores else recorder.running_mean())
         if index < len(folds) - 1 and trial.should_prune():
             recorder.summarise()
             _keep_predictions(trial, artifact_store, kept)
@@ -174,9 +174,10 @@ class _ResultRecorder:
         self._trial = trial
         self._suffixes = ["score"] if not spec.is_multi_objective else list(spec.metric_names)
         self._results: list[FoldResult] = []
-        self._pending = dict(first_attrs)  # written with the first fold's results
+        self._pending = dict(first_attrs)  # not yet written; the first attributes go with the first fold's
 
     def add(self, index: int, result: FoldResult) -> None:
+        """Take in fold `index`'s result; `write` stores it."""
         attrs: dict[str, Any] = {}
         for suffix, score in zip(self._suffixes, result.test_scores):
             if not np.isfinite(score):
@@ -190,7 +191,7 @@ class _ResultRecorder:
             attrs[f"split{index}_n_epochs"] = result.n_epochs
         if result.curve is not None:
             attrs[f"split{index}_curve"] = result.curve
-        self._write(attrs)
+        self._pending.update(attrs)
         self._results.append(result)
 
     def running_mean(self) -> float:
@@ -212,20 +213,30 @@ class _ResultRecorder:
         for timing in ("fit_time", "score_time"):
             values = [getattr(result, timing) for result in results]
             attrs[f"mean_{timing}"], attrs[f"std_{timing}"] = float(np.mean(values)), float(np.std(values))
-        self._write(attrs)
+        self._pending.update(attrs)
+        self.write()
         return means
 
-    def _write(self, attrs: dict[str, Any]) -> None:
-        """Store attributes in one write where the storage can (tlsearch's MongoDB and journal stores),
-        else one at a time: a trial's results are a dozen attributes, and each write is a round trip."""
-        attrs, self._pending = {**self._pending, **attrs}, {}
-        set_many = getattr(self._trial.storage, "set_trial_user_attrs", None)
-        if set_many is None:
-            for key, value in attrs.items():
-                self._trial.set_user_attr(key, value)
+    def write(self, report: float | None = None) -> None:
+        """Store the attributes taken in since the last write, and report `report` at the step of the last
+        fold added, in one write where the storage can (tlsearch's MongoDB and journal stores), else one
+        at a time: a fold's results are several attributes, and each write is a round trip."""
+        trial, storage = self._trial, self._trial.storage
+        attrs, self._pending = self._pending, {}
+        step = len(self._results) - 1
+        if report is not None and hasattr(storage, "set_trial_intermediate_value_and_user_attrs"):
+            storage.set_trial_intermediate_value_and_user_attrs(trial._trial_id, step, float(report), attrs)
+            trial._cached_frozen_trial.intermediate_values[step] = float(report)
+            trial._cached_frozen_trial.user_attrs.update(attrs)
             return
-        set_many(self._trial._trial_id, attrs)
-        self._trial._cached_frozen_trial.user_attrs.update(attrs)
+        if hasattr(storage, "set_trial_user_attrs"):
+            storage.set_trial_user_attrs(trial._trial_id, attrs)
+            trial._cached_frozen_trial.user_attrs.update(attrs)
+        else:
+            for key, value in attrs.items():
+                trial.set_user_attr(key, value)
+        if report is not None:
+            trial.report(report, step)
 
 
 def describe_failure(exc: BaseException) -> dict[str, Any]:
