@@ -255,8 +255,10 @@ class _Dispatcher:
                     self._fill()
                     if not self.running:
                         break
-                    finished = [self._collect(future, result) for future, result in self._next_finished(timeout=1.0)
-                                if future in self.running]
+                    # The finished futures are held until their replacements are submitted: releasing one
+                    # sends a message to the scheduler, and Dask batches a client's messages 10 ms apart.
+                    done = self._next_finished(timeout=1.0)
+                    finished = [self._collect(future, result) for future, result in done if future in self.running]
                     for failed in [item for item in finished if item[2].state == TrialState.FAIL]:
                         self._record(*failed)  # first, so that a retry it queues takes the next free slot
                     # The other results are recorded after the free slots are refilled: a whole wave of trials
@@ -268,6 +270,7 @@ class _Dispatcher:
                         untold, self._untold = self._untold, []
                         for item in untold:
                             self._record(*item)
+                    del done
                     self.progress.update(len(self.running), self._best())
                 except KeyboardInterrupt:
                     if interrupted:
