@@ -255,21 +255,10 @@ class _Dispatcher:
                     self._fill()
                     if not self.running:
                         break
-                    # The finished futures are held until their replacements are submitted: releasing one
-                    # sends a message to the scheduler, and Dask batches a client's messages 10 ms apart.
+                    # The finished futures are released only once their replacements are submitted: a release
+                    # is a message to the scheduler, and Dask sends a client's messages at most every 10 ms.
                     done = self._next_finished(timeout=1.0)
-                    finished = [self._collect(future, result) for future, result in done if future in self.running]
-                    for failed in [item for item in finished if item[2].state == TrialState.FAIL]:
-                        self._record(*failed)  # first, so that a retry it queues takes the next free slot
-                    # The other results are recorded after the free slots are refilled: a whole wave of trials
-                    # often finishes at once, and recording takes the driver a few milliseconds per trial.
-                    self._untold = [item for item in finished if item[2].state != TrialState.FAIL]
-                    try:
-                        self._fill()
-                    finally:
-                        untold, self._untold = self._untold, []
-                        for item in untold:
-                            self._record(*item)
+                    self._settle(done)
                     del done
                     self.progress.update(len(self.running), self._best())
                 except KeyboardInterrupt:
@@ -284,6 +273,21 @@ class _Dispatcher:
             if self.running:
                 self._abandon_running("the driver stopped")
             self.progress.close()
+
+    def _settle(self, done: list[tuple[distributed.Future, object]]) -> None:
+        """Record finished trials and refill their slots. Failures are recorded first, so that a retry they
+        queue takes the next free slot; the others after the refill, as a whole wave of trials often finishes
+        at once and recording takes the driver a few milliseconds per trial."""
+        finished = [self._collect(future, result) for future, result in done if future in self.running]
+        for failed in [item for item in finished if item[2].state == TrialState.FAIL]:
+            self._record(*failed)
+        self._untold = [item for item in finished if item[2].state != TrialState.FAIL]
+        try:
+            self._fill()
+        finally:
+            untold, self._untold = self._untold, []
+            for item in untold:
+                self._record(*item)
 
     def _fill(self) -> None:
         while not self.stopping and len(self.running) < self.parallelism and self._wants_more():

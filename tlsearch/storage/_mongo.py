@@ -429,7 +429,7 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
         """Set several user attributes of an unfinished trial in one write (an extension of BaseStorage:
         a trial's k-fold results are a dozen attributes)."""
-        fields = {f"user_attrs.{codec.encode_name(key)}": codec.encode_value(value) for key, value in attrs.items()}
+        fields = self._user_attr_fields(attrs)
         if fields:
             self._update_unfinished(trial_id, fields)
         else:
@@ -440,8 +440,12 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
     ) -> None:
         """`set_trial_intermediate_value` and `set_trial_user_attrs` in one write (an extension of
         BaseStorage: a k-fold trial reports after each fold, with that fold's scores)."""
-        fields = {f"user_attrs.{codec.encode_name(key)}": codec.encode_value(value) for key, value in attrs.items()}
-        self._update_unfinished(trial_id, {f"intermediate_values.{int(step)}": float(intermediate_value), **fields})
+        fields = {f"intermediate_values.{int(step)}": float(intermediate_value), **self._user_attr_fields(attrs)}
+        self._update_unfinished(trial_id, fields)
+
+    @staticmethod
+    def _user_attr_fields(attrs: Mapping[str, Any]) -> dict[str, Any]:
+        return {f"user_attrs.{codec.encode_name(key)}": codec.encode_value(value) for key, value in attrs.items()}
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         self._update_unfinished(trial_id, {f"system_attrs.{codec.encode_name(key)}": codec.encode_value(value)})
