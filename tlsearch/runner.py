@@ -290,14 +290,15 @@ class _Dispatcher:
                 self._record(*item)
 
     def _fill(self) -> None:
-        while not self.stopping and len(self.running) < self.parallelism and self._wants_more():
+        """Submit trials until the slots are full or the budget is (about to be) spent."""
+        if self.stopping:
+            return
+        wanted = self.parallelism - len(self.running)
+        if self.n_trials is not None:
+            untold_done = sum(outcome.state in _DONE for _, _, outcome in self._untold)
+            wanted = min(wanted, self.n_trials - self._count_done() - untold_done - len(self.running))
+        for _ in range(wanted):
             self._submit()
-
-    def _wants_more(self) -> bool:
-        if self.n_trials is None:
-            return True
-        untold_done = sum(outcome.state in _DONE for _, _, outcome in self._untold)
-        return self._count_done() + untold_done + len(self.running) < self.n_trials
 
     def _count_done(self) -> int:
         return len(self.study.get_trials(deepcopy=False, states=_DONE))
