@@ -6,7 +6,8 @@ Starts its own MongoDB test server (tlsearch.testing.TestMongoServer) unless TLS
 Measures, for each storage, in one run:
 - throughput with TPE (3 suggests + 5 reports per trial) on one study, with 1 process and with 4;
 - storage cost per trial (time spent inside storage calls) with the random sampler, over the first 100 and
-  the last 100 of 2,000 trials: a storage whose cost grows with the study's size shows it here.
+  the last 100 of 2,000 trials: a storage whose cost grows with the study's size shows it here;
+- what one command costs: a ping through pymongo, and as a bare wire-protocol round trip to the same server.
 Prints one table; ratios say how many times better MongoStorage is (higher throughput, lower cost).
 Each storage first runs an unmeasured warm-up study: a long one for MongoDB (the test server is a JVM, which
 compiles its hot code only after some ten thousand requests), a short one for the file-based storages. The
@@ -213,7 +214,50 @@ def run(uri: str, args: argparse.Namespace, scratch: Path) -> dict[tuple[str, st
                     if name.startswith(f"bench_{os.getpid()}"):
                         client.drop_database(name)
                 client.close()
-    return {key: statistics.median(values) for key, values in results.items()}
+    medians = {key: statistics.median(values) for key, values in results.items()}
+    medians["ping_pymongo"], bare = command_latency(uri)
+    if bare is not None:
+        medians["ping_bare"] = bare
+    return medians
+
+
+def command_latency(uri: str, n: int = 3000) -> tuple[float, float | None]:
+    """Median µs of a `ping` through pymongo, and on a bare socket speaking the wire protocol (OP_MSG) to the
+    same server (None when that cannot be done, e.g. over TLS): what a command costs beyond its round trip."""
+    import socket
+    import struct
+
+    import bson
+    import pymongo
+
+    def median_us(command: Callable[[], object]) -> float:
+        runs = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(n):
+                command()
+            runs.append((time.perf_counter() - start) / n * 1e6)
+        return statistics.median(runs)
+
+    client = pymongo.MongoClient(uri)
+    through_pymongo = median_us(lambda: client.admin.command("ping"))
+    client.close()
+    try:
+        host, port = pymongo.uri_parser.parse_uri(uri)["nodelist"][0]
+        with socket.create_connection((host, port), timeout=5) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            body = struct.pack("<IB", 0, 0) + bson.encode({"ping": 1, "$db": "admin"})
+            message = struct.pack("<iiii", 16 + len(body), 1, 0, 2013) + body  # 2013: OP_MSG
+
+            def raw_ping() -> None:
+                sock.sendall(message)
+                length = struct.unpack("<i", sock.recv(16, socket.MSG_WAITALL)[:4])[0]
+                sock.recv(length - 16, socket.MSG_WAITALL)
+
+            bare = median_us(raw_ping)
+    except (OSError, ValueError, struct.error):
+        bare = None
+    return through_pymongo, bare
 
 
 def print_table(figures: dict[tuple[str, str], float], args: argparse.Namespace) -> None:
@@ -244,6 +288,9 @@ def print_table(figures: dict[tuple[str, str], float], args: argparse.Namespace)
         f"\nMongoStorage round trips per trial (independent of the machine): TPE {figures[('mongo', 'trips_tpe')]:.1f},"
         f" random sampler {figures[('mongo', 'trips_random')]:.1f}."
     )
+    pymongo_us, bare_us = figures["ping_pymongo"], figures.get("ping_bare")
+    print(f"A ping to the server: {pymongo_us:.0f} µs through pymongo"
+          + (f", {bare_us:.0f} µs as a bare wire-protocol round trip." if bare_us else "."))
     print(
         "(×N: MongoStorage is N times better than that storage: throughput MongoStorage/other,"
         " cost other/MongoStorage;"
