@@ -55,6 +55,19 @@ def count(study, state):
     return len(study.get_trials(deepcopy=False, states=(state,)))
 
 
+def test_each_trial_line_shows_the_best_value_including_that_trial(tmp_path, capsys):
+    import re
+
+    spec = load_study_file(write_study(tmp_path, n_trials=4))
+    study = runner.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="log")
+    lines = [line for line in capsys.readouterr().err.splitlines() if " COMPLETE " in line]
+    assert len(lines) == 4
+    for line in lines:
+        value, best = re.search(r"COMPLETE (\S+) .*best (\S+),", line).groups()
+        assert float(best) >= float(value), line  # maximize: the best so far counts this trial
+    assert float(best) == pytest.approx(study.best_value, rel=1e-5)
+
+
 def test_local_run_reaches_target_with_distinct_reproducible_params(tmp_path):
     spec = load_study_file(write_study(tmp_path, n_trials=8))
     first = runner.run(spec, stores=Stores(home=tmp_path / "a"), n_workers=2, progress="off")

@@ -278,13 +278,13 @@ class _Dispatcher:
         """Record finished trials and refill their slots. Failures are recorded first, so that a retry they
         queue takes the next free slot; the others after the refill, as a whole wave of trials often finishes
         at once and recording takes the driver a few milliseconds per trial."""
-        finished = [self._collect(future, result) for future, result in done if future in self.running]
-        for failed in [item for item in finished if item[2].state == TrialState.FAIL]:
-            self._record(*failed)
-        self._untold = [item for item in finished if item[2].state != TrialState.FAIL]
+        self._untold = [self._collect(future, result) for future, result in done if future in self.running]
         try:
+            for failed in [item for item in self._untold if item[2].state == TrialState.FAIL]:
+                self._untold.remove(failed)
+                self._record(*failed)
             self._fill()
-        finally:
+        finally:  # even on Ctrl-C: a trial collected but never recorded would stay RUNNING
             untold, self._untold = self._untold, []
             for item in untold:
                 self._record(*item)
@@ -357,6 +357,8 @@ class _Dispatcher:
         self.failed_in_a_row = 0
         self.study.tell(number, outcome.values, state=outcome.state, skip_if_finished=True)
         value = outcome.values[0] if outcome.values else None
+        if outcome.state == TrialState.COMPLETE:
+            self.progress.best = self._best()  # the line printed for this trial counts it
         self.progress.finished(number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}")
 
     def _abandon_running(self, reason: str) -> None:
