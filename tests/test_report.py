@@ -51,6 +51,18 @@ def toy_study() -> optuna.Study:
     return study
 
 
+def _pruned_only_study() -> optuna.Study:
+    """Three trials, each pruned after reporting one fold."""
+    study = _study("pruned")
+
+    def objective(trial):
+        trial.report(trial.suggest_float("x", 0, 1), 0)
+        raise optuna.TrialPruned()
+
+    study.optimize(objective, n_trials=3)
+    return study
+
+
 def _write(study: optuna.Study, tmp_path, **kwargs) -> str:
     path = write_report(study, tmp_path / "report.html", png=False, **kwargs)
     assert path == tmp_path / "report.html"
@@ -137,13 +149,7 @@ def test_empty_study_writes_no_png_and_no_warning(tmp_path):
 
 
 def test_only_pruned_trials_give_the_intermediate_values_png(tmp_path):
-    study = _study("pruned")
-
-    def objective(trial):
-        trial.report(trial.suggest_float("x", 0, 1), 0)
-        raise optuna.TrialPruned()
-
-    study.optimize(objective, n_trials=3)
+    study = _pruned_only_study()
     _, pngs = _write_with_pngs(study, tmp_path)
     assert sorted(pngs) == ["intermediate-values"]
     _assert_valid_pngs(pngs)
@@ -213,13 +219,7 @@ def test_study_with_only_failed_trials(tmp_path):
 
 
 def test_study_with_only_pruned_trials_shows_their_fold_values(tmp_path):
-    study = _study("pruned")
-
-    def objective(trial):
-        trial.report(trial.suggest_float("x", 0, 1), 0)
-        raise optuna.TrialPruned()
-
-    study.optimize(objective, n_trials=3)
+    study = _pruned_only_study()
     page = _write(study, tmp_path)
     assert "No completed trials yet" in page
     assert _h2(page) == ["Intermediate values per fold"]
