@@ -294,7 +294,7 @@ class _Dispatcher:
         if self.stopping:
             return
         wanted = self.parallelism - len(self.running)
-        if self.n_trials is not None:
+        if wanted > 0 and self.n_trials is not None:  # the done count is a read of the study: only when needed
             untold_done = sum(outcome.state in _DONE for _, _, outcome in self._untold)
             wanted = min(wanted, self.n_trials - self._count_done() - untold_done - len(self.running))
         for _ in range(wanted):
