@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import dask
 import distributed
-from distributed.comm import get_address_host
+from distributed.comm import get_address_host, parse_address
 
 from tlsearch.errors import TLSearchError
 from tlsearch.stores import Stores, require_shared
@@ -34,21 +34,51 @@ LOCAL_CLUSTER_CONFIG = {
 }
 
 
+# Nothing of a local cluster listens beyond this host, and nothing of `tlsearch worker` unless told to:
+# a Dask worker runs whatever task reaches it.
+LOOPBACK = "127.0.0.1"
+
+
+def tls_security(ca_file: str | None = None, cert: str | None = None,
+                 key: str | None = None) -> distributed.Security | None:
+    """Dask TLS for every connection (driver, scheduler, workers), or None when no file is given.
+
+    Each side presents `cert`/`key` and accepts only peers whose certificate `ca_file` signed.
+    """
+    files = {"--tls-ca-file": ca_file, "--tls-cert": cert, "--tls-key": key}
+    if not any(files.values()):
+        return None
+    missing = [flag for flag, value in files.items() if not value]
+    if missing:
+        raise TLSearchError(f"TLS needs a CA file, a certificate and its key: add {', '.join(missing)}")
+    for flag, value in files.items():
+        if not os.path.isfile(value):
+            raise TLSearchError(f"{flag} {value}: no such file")
+    return distributed.Security(tls_ca_file=ca_file, tls_client_cert=cert, tls_client_key=key,
+                                tls_scheduler_cert=cert, tls_scheduler_key=key, tls_worker_cert=cert,
+                                tls_worker_key=key, require_encryption=True)
+
+
 @contextlib.contextmanager
 def connect(scheduler: str | None = None, n_workers: int | None = None,
-            client: distributed.Client | None = None) -> Iterator[distributed.Client]:
+            client: distributed.Client | None = None,
+            security: distributed.Security | None = None) -> Iterator[distributed.Client]:
     """A Dask client: `client` as given, one connected to `scheduler`, or a new LocalCluster.
 
     The local cluster has one single-threaded worker process per core (Keras keeps global state per
     process, so one trial runs at a time in each) and fails a task whose worker died at once, so the
-    driver can fail and retry that trial itself.
+    driver can fail and retry that trial itself. It listens on 127.0.0.1 only (dashboard included);
+    `security` (see `tls_security`) encrypts and authenticates every connection.
     """
     if client is not None:
         yield client
         return
     if scheduler:
+        if scheduler.startswith("tls://") and security is None:
+            raise TLSearchError(f"the scheduler at {scheduler} speaks TLS: pass --tls-ca-file, --tls-cert and "
+                                "--tls-key (or tls_ca_file, tls_cert, tls_key in the config file)")
         try:
-            with distributed.Client(scheduler, timeout="10s") as remote:
+            with distributed.Client(scheduler, timeout="10s", security=security) as remote:
                 yield remote
         except OSError as error:
             raise TLSearchError(f"cannot reach the Dask scheduler at {scheduler}: {error}") from None
@@ -60,9 +90,17 @@ def connect(scheduler: str | None = None, n_workers: int | None = None,
         logging.getLogger("distributed").setLevel(logging.ERROR)
     with dask.config.set(LOCAL_CLUSTER_CONFIG):
         with distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                      dashboard_address=":0", silence_logs=logging.ERROR) as cluster:
-            with distributed.Client(cluster) as local:
+                                      host=LOOPBACK, dashboard_address=f"{LOOPBACK}:0",
+                                      protocol="tls" if security else None, security=security,
+                                      silence_logs=logging.ERROR) as cluster:
+            with distributed.Client(cluster, security=security) as local:
                 yield local
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a Dask address (tcp://HOST:PORT) names this host's loopback interface."""
+    host = get_address_host(address)
+    return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
 def workers_are_remote(client: distributed.Client) -> bool:
@@ -140,9 +178,21 @@ def worker_specs(gpus: str, trials_per_gpu: int, cpu_workers: int | None = None)
             for gpu in ids for _ in range(trials_per_gpu)]
 
 
-async def run_workers(scheduler: str, specs: list[dict]) -> None:
-    """Start one Nanny-supervised worker per spec against `scheduler` and run until they stop."""
-    nannies = [distributed.Nanny(scheduler, nthreads=1, env=spec["env"], resources=spec["resources"] or None)
+async def run_workers(scheduler: str, specs: list[dict], *, host: str = LOOPBACK,
+                      listen_address: str | None = None, dashboard_address: str | None = None,
+                      security: distributed.Security | None = None) -> None:
+    """Start one Nanny-supervised worker per spec against `scheduler` and run until they stop.
+
+    They listen on `host` (default 127.0.0.1: reachable from this host only), or on the host and protocol
+    of `listen_address` (e.g. tls://10.0.0.7; each process picks a free port), serve a dashboard only at
+    `dashboard_address`, and use `security` when given.
+    """
+    listen = {"host": host, "protocol": "tls" if security else None}
+    if listen_address:
+        listen = {"host": get_address_host(listen_address), "protocol": parse_address(listen_address)[0]}
+    dashboard = {"dashboard": True, "dashboard_address": dashboard_address} if dashboard_address else {}
+    nannies = [distributed.Nanny(scheduler, nthreads=1, env=spec["env"], resources=spec["resources"] or None,
+                                 security=security, **listen, **dashboard)
                for spec in specs]
     for nanny in nannies:
         await nanny

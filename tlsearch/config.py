@@ -3,7 +3,7 @@
 Precedence everywhere: an explicit argument (a command-line flag), then the environment variable
 (`TLSEARCH_MONGO_URI`, `TLSEARCH_SCHEDULER`, `TLSEARCH_HOME`, `TLSEARCH_CACHE_DIR`), then the config file
 (`$TLSEARCH_CONFIG`, else `./tlsearch.toml`, else `<user config dir>/tlsearch/config.toml`; keys `mongo`,
-`scheduler`, `home`, `cache_dir`), then the default.
+`scheduler`, `home`, `cache_dir`, and `tls_ca_file`, `tls_cert`, `tls_key` for Dask TLS), then the default.
 """
 
 from __future__ import annotations
@@ -44,6 +44,13 @@ def mongo_uri(uri: str | None = None) -> str | None:
 def scheduler(address: str | None = None) -> str | None:
     """The Dask scheduler to use, or None for a local cluster."""
     return _setting(address, "TLSEARCH_SCHEDULER", "scheduler")
+
+
+def tls_files(ca_file: str | None = None, cert: str | None = None, key: str | None = None) -> tuple:
+    """The Dask TLS files (CA, certificate, key): arguments, else `$TLSEARCH_TLS_CA_FILE` / `_CERT` / `_KEY`,
+    else the config file's `tls_ca_file`, `tls_cert`, `tls_key`; None where none is given."""
+    return (_setting(ca_file, "TLSEARCH_TLS_CA_FILE", "tls_ca_file"),
+            _setting(cert, "TLSEARCH_TLS_CERT", "tls_cert"), _setting(key, "TLSEARCH_TLS_KEY", "tls_key"))
 
 
 def _setting(explicit, env: str, key: str):

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
+import re
 import tempfile
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,11 +23,26 @@ import optuna
 
 from tlsearch import runner
 from tlsearch.errors import TLSearchError
-from tlsearch.stores import Stores
+from tlsearch.stores import Stores, check_study_name
 
 ATTR_REFIT = "tlsearch:refit"
-# What a scikit-learn model file may contain; anything else is refused at load time.
-TRUSTED_MODULES = ("sklearn.", "numpy.", "scipy.", "builtins.", "collections.")
+# What a scikit-learn model file may hold beyond skops' own trusted types (estimators, transformers and plain
+# containers): the concrete types fitted scikit-learn models carry. Never a function that can reach arbitrary
+# code (builtins.exec, eval, getattr, __import__, operator.*, functools.partial); anything else is refused.
+TRUSTED_SKLEARN_TYPES = frozenset({
+    "numpy.dtype",
+    "sklearn.tree._tree.Tree",
+    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+    "sklearn.neighbors._kd_tree.KDTree", "sklearn.neighbors._ball_tree.BallTree",
+    *(f"sklearn.metrics._dist_metrics.{metric}{bits}" for bits in ("64", "32")
+      for metric in ("EuclideanDistance", "ManhattanDistance", "ChebyshevDistance", "MinkowskiDistance")),
+    "sklearn.neural_network._stochastic_optimizers.AdamOptimizer",
+    "sklearn.neural_network._stochastic_optimizers.SGDOptimizer",
+    *(f"sklearn.feature_selection._univariate_selection.{score}"
+      for score in ("f_classif", "f_regression", "chi2", "r_regression")),
+})
+_MODEL_FORMATS = {"keras": ".keras", "skops": ".skops"}
+_ARTIFACT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 class UnsafeModelError(TLSearchError):
@@ -62,9 +80,9 @@ def refit(name: str, *, stores: Stores | None = None, trial_number: int | None =
     attrs = runner.system_attrs(study)
     trial = _chosen_trial(study, trial_number)
     if spec is None:
-        if runner.ATTR_STUDY_FILE not in attrs:
-            raise TLSearchError(f"the store has no study file for {name!r}: pass the study file")
-        spec = load_study_file(attrs[runner.ATTR_STUDY_FILE])
+        from tlsearch import study_files
+
+        spec = load_study_file(study_files.resolve(stores, name, None, attrs.get(runner.ATTR_STUDY_FILE)))
     dataset = HostCache().open(stores.dataset_store(), attrs[runner.ATTR_DATASET_REF])
     if dataset.info.hash != attrs[runner.ATTR_DATASET_HASH]:
         raise TLSearchError(f"dataset {attrs[runner.ATTR_DATASET_REF]} changed since study {name!r} ran")
@@ -73,7 +91,7 @@ def refit(name: str, *, stores: Stores | None = None, trial_number: int | None =
     y = dataset["y"]
     is_keras = isinstance(spec.model, KerasModel)
     suffix = ".keras" if is_keras else ".skops"
-    path = Path(output) if output else stores.home / "models" / f"{name}{suffix}"
+    path = Path(output) if output else stores.home / "models" / f"{check_study_name(name)}{suffix}"
     if path.suffix != suffix:
         raise TLSearchError(f"a {'Keras' if is_keras else 'scikit-learn'} model is saved as {suffix}, got {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -103,13 +121,13 @@ def load_model(name: str, *, mongo: str | None = None, database: str = "tlsearch
     attrs = runner.system_attrs(study)
     if ATTR_REFIT not in attrs:
         raise TLSearchError(f"study {name!r} has no refit model: run `tlsearch refit {name}` first")
-    record = RefitRecord(**attrs[ATTR_REFIT])
+    record = _checked_record(attrs[ATTR_REFIT], name)
     if record.dataset_hash != attrs.get(runner.ATTR_DATASET_HASH):
         raise TLSearchError(f"the refit model of {name!r} was trained on dataset {record.dataset_ref} "
                             f"(sha256 {record.dataset_hash[:12]}), but the study now uses "
                             f"{attrs.get(runner.ATTR_DATASET_REF)}: refit it again")
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / record.filename
+        path = Path(tmp) / f"model{_MODEL_FORMATS[record.format]}"  # never a name from the store
         optuna.artifacts.download_artifact(artifact_store=stores.artifact_store(), file_path=str(path),
                                            artifact_id=record.artifact_id)
         return load_model_file(path, record.sha256)
@@ -124,6 +142,7 @@ def load_model_file(path: str | Path, sha256: str | None = None):
         from tlsearch.models._keras import import_keras
 
         keras = import_keras()
+        _refuse_keras_code(path, keras)
         try:
             return keras.saving.load_model(path, safe_mode=True)
         except ValueError as error:  # safe_mode refuses lambdas and other code
@@ -132,11 +151,59 @@ def load_model_file(path: str | Path, sha256: str | None = None):
         import skops.io
 
         untrusted = skops.io.get_untrusted_types(file=path)
-        refused = [t for t in untrusted if not t.startswith(TRUSTED_MODULES)]
+        refused = sorted(set(untrusted) - TRUSTED_SKLEARN_TYPES)
         if refused:
-            raise UnsafeModelError(f"model file {path.name} holds untrusted types: {', '.join(refused)}")
+            raise UnsafeModelError(f"model file {path.name} holds type(s) not on tlsearch's allow-list, "
+                                   f"refusing it: {', '.join(refused)}")
         return skops.io.load(path, trusted=untrusted)
     raise TLSearchError(f"unknown model format {path.suffix!r}: expected .keras or .skops")
+
+
+def _checked_record(document: object, name: str) -> RefitRecord:
+    """The study's refit record, with every field that decides a path or a check in its exact form."""
+    try:
+        record = RefitRecord(**document)
+    except TypeError as error:
+        raise UnsafeModelError(f"the refit record of {name!r} is malformed ({error}): refit it again") from None
+    checks = {"format": record.format in _MODEL_FORMATS,
+              "artifact_id": isinstance(record.artifact_id, str) and _ARTIFACT_ID.fullmatch(record.artifact_id),
+              "sha256": isinstance(record.sha256, str) and re.fullmatch(r"[0-9a-f]{64}", record.sha256),
+              "filename": isinstance(record.filename, str) and Path(record.filename).name == record.filename
+              and record.filename.endswith(_MODEL_FORMATS.get(record.format, "?"))}
+    for field, ok in checks.items():
+        if not ok:
+            raise UnsafeModelError(f"refusing the refit record of {name!r}: field {field} is "
+                                   f"{str(getattr(record, field))[:80]!r}, not a value tlsearch writes")
+    return record
+
+
+def _refuse_keras_code(path: Path, keras) -> None:
+    """Refuse a .keras file whose config holds a Lambda layer or a custom object the user has not registered."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise UnsafeModelError(f"model file {path.name} is not a .keras archive: {error}") from None
+    registered = set(keras.saving.get_custom_objects())
+    for item in _config_objects(config):
+        class_name, module = item.get("class_name"), item.get("module")
+        if class_name in ("Lambda", "__lambda__"):
+            raise UnsafeModelError(f"model file {path.name} holds a {class_name} (code): refusing it")
+        if module and not str(module).startswith("keras") and item.get("registered_name") not in registered:
+            raise UnsafeModelError(f"model file {path.name} holds custom object {module}.{class_name}, which is "
+                                   "not registered here (keras.saving.register_keras_serializable): refusing it")
+
+
+def _config_objects(config):
+    """Every serialized object (a dict with a class_name) inside a Keras config."""
+    if isinstance(config, dict):
+        if "class_name" in config:
+            yield config
+        for value in config.values():
+            yield from _config_objects(value)
+    elif isinstance(config, list):
+        for value in config:
+            yield from _config_objects(value)
 
 
 def _chosen_trial(study: optuna.Study, number: int | None) -> optuna.trial.FrozenTrial:

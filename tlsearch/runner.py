@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 from tlsearch import cluster
 from tlsearch.errors import TLSearchError
 from tlsearch.progress import Progress
-from tlsearch.stores import Stores
+from tlsearch.stores import Stores, check_study_name
 from tlsearch.trial_task import TrialJob, TrialOutcome, pack_spec, run_trial, trial_seed
 
 log = logging.getLogger(__name__)
@@ -48,19 +48,20 @@ def run(spec, *, mongo: str | None = None, database: str = "tlsearch", home: str
         scheduler: str | None = None, n_workers: int | None = None, parallelism: int | None = None,
         n_trials: int | None = None, timeout: float | None = None, name: str | None = None,
         study_file: str | os.PathLike | None = None, progress: str = "auto",
-        resume: bool = False) -> optuna.Study:
+        resume: bool = False, security: distributed.Security | None = None) -> optuna.Study:
     """Run the study `spec` until `n_trials` trials are complete or pruned in total (counting those
     already in the store), `timeout` seconds pass, or `tlsearch stop` asks it to; return the study.
 
     The stores are MongoDB at `mongo` (default `$TLSEARCH_MONGO_URI`) or the embedded default under `home`;
     `stores` gives them fully instead. The cluster is `client`, the scheduler at `scheduler`, or a new
-    LocalCluster of `n_workers` processes. `resume=True` requires the study to exist. Trials a dead driver left RUNNING are failed and
+    LocalCluster of `n_workers` processes (on 127.0.0.1); `security` (`tlsearch.cluster.tls_security(ca, cert,
+    key)`) secures every Dask connection with TLS. `resume=True` requires the study to exist. Trials a dead driver left RUNNING are failed and
     retried first. Ctrl-C stops starting trials and waits for running ones; a second Ctrl-C fails them.
     """
     from tlsearch import spaces
 
     stores = stores or Stores.resolve(mongo, database, home)
-    name = name or spec.name
+    name = check_study_name(name or spec.name)
     n_trials = n_trials if n_trials is not None else spec.n_trials
     timeout = timeout if timeout is not None else spec.timeout
     if n_trials is None and timeout is None:
@@ -70,7 +71,7 @@ def run(spec, *, mongo: str | None = None, database: str = "tlsearch", home: str
     with _driver_lock(stores, name):
         study, dataset_ref = _open_study(spec, stores, name, study_file, resume)
         _fail_abandoned_trials(study, spec)
-        with cluster.connect(scheduler, n_workers, client) as dask_client:
+        with cluster.connect(scheduler, n_workers, client, security) as dask_client:
             cluster.check_stores_reachable(dask_client, stores)
             dispatcher = _Dispatcher(study, spec, stores, dataset_ref, dask_client,
                                      parallelism, n_trials, timeout, progress)
@@ -152,6 +153,9 @@ def _open_study(spec, stores: Stores, name: str, study_file, resume: bool) -> tu
         store.get_fold_plan(attrs[ATTR_FOLD_PLAN]).check_matches(info, spec.cv)
         dataset_ref = attrs[ATTR_DATASET_REF]
     if study_file is not None:
+        from tlsearch import study_files
+
+        study_files.remember(stores, name, study_file)  # what resume/refit run; the store's copy is a hint
         storage.set_study_system_attr(study._study_id, ATTR_STUDY_FILE, str(Path(study_file).resolve()))
     storage.set_study_system_attr(study._study_id, ATTR_STOP, False)
     return study, dataset_ref

@@ -7,6 +7,7 @@ stores from it once and reuses them.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,10 @@ import optuna
 
 from tlsearch import config
 from tlsearch.errors import TLSearchError
+
+# A study name is a key in the study store's unique index and part of local file names (reports, models).
+STUDY_NAME_MAX = 200
+_FORBIDDEN_IN_NAMES = re.compile(r"[/\\\x00-\x1f\x7f]")
 
 # Heartbeats let a resumed study fail the trials a dead driver left RUNNING.
 HEARTBEAT_INTERVAL = 10
@@ -88,6 +93,19 @@ def _open_dataset_store(stores: Stores):
     from tlsearch.data import open_dataset_store
 
     return open_dataset_store(stores.mongo_uri, database=stores.database, root=stores.home)
+
+
+def check_study_name(name: object) -> str:
+    """`name` when the stores accept it as a study name and it is safe as a file name; else TLSearchError."""
+    if not isinstance(name, str) or not name.strip():
+        raise TLSearchError(f"invalid study name {name!r}: give a non-empty name (--name)")
+    if len(name) > STUDY_NAME_MAX:
+        raise TLSearchError(f"study name {name[:40]!r}... is {len(name)} characters long: the stores take at most "
+                            f"{STUDY_NAME_MAX}; choose a shorter --name")
+    if name in (".", "..") or _FORBIDDEN_IN_NAMES.search(name):
+        raise TLSearchError(f"invalid study name {name!r}: no '/', '\\' or control characters, and not '.' or "
+                            "'..' (it names report and model files); choose another --name")
+    return name
 
 
 def require_shared(stores: Stores, remote_cluster: bool) -> None:

@@ -81,3 +81,51 @@ def test_options_before_the_action_are_kept(tmp_path, capsys, monkeypatch):
     run(capsys, "dataset", "--home", str(tmp_path / "h"), "push", "iris", "sklearn:iris")
     code, out, _ = run(capsys, "dataset", "--home", str(tmp_path / "h"), "ls")
     assert "iris" in out
+
+
+# -- bad input: one clear line each, nothing stored ------------------------------------------------------
+
+def _csv(path, header, rows):
+    path.write_text(",".join(header) + "\n" + "".join(",".join(map(str, row)) + "\n" for row in rows))
+    return str(path)
+
+
+def _refused(capsys, where, *argv) -> str:
+    code, _, err = run(capsys, "dataset", "push", *argv, *where)
+    assert code == 1 and err.count("\n") == 1, err
+    code, out, _ = run(capsys, "dataset", "ls", *where)
+    assert "bad" not in out, "a refused push stored something"
+    return err
+
+
+def test_push_refuses_the_label_as_a_feature(where, capsys, tmp_path):
+    source = _csv(tmp_path / "t.csv", ["a", "b"], [[0, 1], [1, 2], [0, 3]])
+    err = _refused(capsys, where, "bad", source, "--label", "a", "--features", "a,b")
+    assert "'a' is both the label and a feature" in err
+
+
+def test_push_refuses_zero_rows_and_a_single_class(where, capsys, tmp_path):
+    err = _refused(capsys, where, "bad", _csv(tmp_path / "empty.csv", ["a", "y"], []))
+    assert "0 rows" in err
+    err = _refused(capsys, where, "bad", _csv(tmp_path / "one.csv", ["a", "y"], [[1, 7], [2, 7], [3, 7]]))
+    assert "one class only" in err
+
+
+def test_push_refuses_a_header_too_large_for_a_mongodb_document(where, capsys, tmp_path):
+    header = [f"column_{i:06d}_" + "x" * 200 for i in range(45_000)] + ["y"]  # ≈ 9.5 MB of names
+    err = _refused(capsys, where, "bad", _csv(tmp_path / "wide.csv", header, [[0] * 45_000 + [0], [1] * 45_000 + [1]]))
+    assert "MiB" in err and "column names" in err
+
+
+def test_unreachable_mongodb_is_reported_within_seconds(capsys, monkeypatch):
+    import socket
+    import time
+
+    monkeypatch.delenv("TLSEARCH_MONGO_URI", raising=False)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    code, _, err = run(capsys, "dataset", "ls", "--mongo", f"mongodb://127.0.0.1:{port}/")
+    assert code == 1 and err.count("\n") == 1 and "cannot reach MongoDB" in err
+    assert time.monotonic() - started < 20  # not pymongo's 30 s server selection

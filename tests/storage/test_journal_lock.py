@@ -7,10 +7,11 @@ import sys
 import threading
 
 import optuna
+import pytest
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
-from tlsearch.storage._journal import QueuedJournalLock, open_journal
+from tlsearch.storage._journal import JournalDamagedError, QueuedJournalLock, open_journal
 
 
 def _contend(lock, acquired: threading.Event) -> threading.Thread:
@@ -62,3 +63,33 @@ def test_queued_and_plain_writers_share_one_journal_without_losing_a_write(tmp_p
     assert sorted(trial.number for trial in trials) == list(range(100))
     assert all(trial.state == TrialState.COMPLETE and trial.intermediate_values == {0: 1.0} for trial in trials)
     assert sorted(trial.user_attrs["writer"] for trial in trials) == ["plain"] * 25 + ["queued"] * 75
+
+
+def _journal_with_a_trial(tmp_path):
+    path = tmp_path / "studies.journal"
+    study = optuna.create_study(study_name="crash", storage=open_journal(str(path)))
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    return path
+
+
+def test_a_cut_off_last_line_is_ignored_with_a_warning_and_the_next_write_repairs_it(tmp_path, caplog):
+    path = _journal_with_a_trial(tmp_path)
+    with open(path, "ab") as f:
+        f.write(b'{"op_code":4,"worker_id":"killed-mid-wr')  # a process killed while appending
+    with caplog.at_level("WARNING", logger="tlsearch.storage._journal"):
+        study = optuna.load_study(study_name="crash", storage=open_journal(str(path)))
+        assert len(study.trials) == 1
+    assert "cut-off last line" in caplog.text
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    assert path.read_bytes().endswith(b"\n") and b"killed-mid-wr" not in path.read_bytes()
+    reread = optuna.load_study(study_name="crash", storage=open_journal(str(path)))
+    assert [t.state for t in reread.trials] == [TrialState.COMPLETE] * 2
+
+
+def test_garbage_in_the_middle_of_the_journal_names_the_file_and_line(tmp_path):
+
+    path = _journal_with_a_trial(tmp_path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join([*lines[:2], b"not json at all\n", *lines[2:]]))
+    with pytest.raises(JournalDamagedError, match=rf"journal file {path} is damaged at line 3"):
+        optuna.load_study(study_name="crash", storage=open_journal(str(path)))

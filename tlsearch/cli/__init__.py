@@ -40,6 +40,22 @@ def stores_of(args):
     return Stores.resolve(args.mongo, args.database, args.home)
 
 
+def tls_options() -> argparse.ArgumentParser:
+    """Dask TLS options (default: $TLSEARCH_TLS_CA_FILE / _CERT / _KEY, else the config file's tls_* keys)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate that signed every peer's certificate")
+    parser.add_argument("--tls-cert", metavar="PEM", help="this process's certificate")
+    parser.add_argument("--tls-key", metavar="PEM", help="this process's private key")
+    return parser
+
+
+def security_of(args):
+    """The `distributed.Security` the TLS options select, or None for plain TCP."""
+    from tlsearch import cluster
+
+    return cluster.tls_security(*config.tls_files(args.tls_ca_file, args.tls_cert, args.tls_key))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tlsearch",
@@ -58,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     # TensorFlow's C++ start-up chatter (inherited by worker processes) buries the progress output.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = build_parser().parse_args(argv)
-    args.mongo = config.mongo_uri(args.mongo)
-    args.home = config.home(args.home)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        args.mongo = config.mongo_uri(args.mongo)  # reads the config file, which may be invalid
+        args.home = config.home(args.home)
         return args.func(args) or 0
     except (TLSearchError, KeyError, ValueError, FileNotFoundError) as error:
         if args.debug:

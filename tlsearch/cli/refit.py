@@ -12,7 +12,8 @@ def register(subparsers, parent) -> None:
         epilog="example: tlsearch refit digits-mlp -o digits.keras")
     refit.add_argument("name", metavar="NAME")
     refit.add_argument("--trial", type=int, metavar="N", help="refit trial N instead of the best trial")
-    refit.add_argument("--study-file", help="study file to use instead of the one the store recorded")
+    refit.add_argument("--study", "--study-file", dest="study_file", metavar="PATH",
+                       help="study file to use (default: the one that ran NAME on this machine)")
     refit.add_argument("-o", "--output", help="where to save the model (default: HOME/models/NAME.keras|.skops)")
     refit.set_defaults(func=_refit)
 
@@ -22,7 +23,7 @@ def _refit(args) -> int:
     from tlsearch.refit import refit
     from tlsearch.study import load_study_file
 
-    spec = load_study_file(args.study_file) if args.study_file else None
+    spec = load_study_file(args.study_file) if args.study_file else None  # else the one this machine recorded
     record, path = refit(args.name, stores=stores_of(args),
                          trial_number=args.trial, spec=spec, output=args.output)
     score = "" if record.cv_score is None else f" (CV score {record.cv_score:.6g})"

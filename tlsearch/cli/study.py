@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from tlsearch import config
-from tlsearch.cli import stores_of
+from tlsearch.cli import security_of, stores_of, tls_options
 from tlsearch.errors import TLSearchError
 
 
@@ -23,11 +23,12 @@ def register(subparsers, parent) -> None:
 
     resume = subparsers.add_parser(
         "resume", parents=[parent, _driver_options()], help="continue a study from the store",
-        description="Continue study NAME from the study store, with the study file it was run with "
-                    "(or --study-file), after checking that its dataset and fold plan are unchanged.",
+        description="Continue study NAME from the study store, with the study file it was run with on this "
+                    "machine (or --study PATH), after checking that its dataset and fold plan are unchanged.",
         epilog="example: tlsearch resume digits-mlp --n-trials 40")
     resume.add_argument("name", metavar="NAME")
-    resume.add_argument("--study-file", help="study file to use instead of the one the store recorded")
+    resume.add_argument("--study", "--study-file", dest="study_file", metavar="PATH",
+                        help="study file to run (default: the one that ran NAME on this machine)")
     resume.set_defaults(func=_resume)
 
     stop = subparsers.add_parser(
@@ -39,7 +40,7 @@ def register(subparsers, parent) -> None:
 
 
 def _driver_options() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = argparse.ArgumentParser(add_help=False, parents=[tls_options()])
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--scheduler", metavar="ADDR",
                        help="address of an existing Dask scheduler, e.g. tcp://10.0.0.5:8786 "
@@ -63,17 +64,12 @@ def _run(args) -> int:
 
 
 def _resume(args) -> int:
-    from tlsearch import runner
+    from tlsearch import runner, study_files
     from tlsearch.study import load_study_file
 
-    study_file = args.study_file
-    if study_file is None:
-        study = runner.load(stores_of(args), args.name)
-        study_file = runner.system_attrs(study).get(runner.ATTR_STUDY_FILE)
-        if study_file is None:
-            raise TLSearchError(f"the store has no study file for {args.name!r}: pass --study-file")
-        if not Path(study_file).is_file():
-            raise TLSearchError(f"the study file {study_file} recorded for {args.name!r} is gone: pass --study-file")
+    stores = stores_of(args)
+    hint = runner.system_attrs(runner.load(stores, args.name)).get(runner.ATTR_STUDY_FILE)
+    study_file = study_files.resolve(stores, args.name, args.study_file, hint)
     return _drive(args, load_study_file(study_file), args.name, study_file, resume=True)
 
 
@@ -83,7 +79,7 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
     stores = stores_of(args)
     study = runner.run(spec, stores=stores, scheduler=config.scheduler(args.scheduler), n_workers=args.workers,
                        parallelism=args.parallelism, n_trials=args.n_trials, timeout=args.timeout, name=name,
-                       study_file=study_file, progress=args.progress, resume=resume)
+                       study_file=study_file, progress=args.progress, resume=resume, security=security_of(args))
     print(results.best_summary(study))
     if not args.no_report:
         from tlsearch.report import write_report

@@ -18,6 +18,7 @@ fetched again if the hash differs. Damage that keeps size and mtime (bit rot) is
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -34,13 +35,14 @@ from types import MappingProxyType
 import numpy as np
 from filelock import FileLock
 
-from tlsearch.data._errors import DatasetCorruptedError, FoldPlanMismatchError
+from tlsearch.data._errors import DatasetCorruptedError, DatasetError, FoldPlanMismatchError
 from tlsearch.data._fold_views import Fold, FoldLayout, fold_views, plan_layout, write_layout_rows
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._hashing import ContentHasher, hash_arrays
 from tlsearch.data._info import GROUPS, SAMPLE_WEIGHT, DatasetInfo
 from tlsearch.data._locks import UseLock
 from tlsearch.data._npy import NpyHashingSink
+from tlsearch.data._paths import check_sha256, confined
 from tlsearch.data._store import DatasetStore, stored_size
 
 log = logging.getLogger(__name__)
@@ -171,7 +173,7 @@ class HostCache:
         return self.root / "locks" / name
 
     def _data(self, content_hash: str) -> Path:
-        return self.root / "data" / content_hash
+        return confined(self.root / "data", check_sha256(content_hash, "dataset content hash"))
 
     # -- datasets --------------------------------------------------------------------------------------
     def open(self, store: DatasetStore, ref: str, *, verify: bool = False) -> Dataset:
@@ -246,6 +248,9 @@ class HostCache:
             _write_marker(tmp, info.hash, [f"{name}.npy" for name in info.arrays])
             stale_layouts = self.root / "layouts" / info.hash
             self._replace(folder, tmp, also_remove=[stale_layouts] if folder.exists() else [])
+        except OSError as error:
+            _raise_if_disk_full(error, self.root, f"caching {info.ref} ({stored_size(info):,} bytes)")
+            raise
         finally:
             if bar:
                 bar.close()
@@ -283,12 +288,15 @@ class HostCache:
         plan = self._plans.get(plan_hash)
         if plan is not None:
             return plan
-        folder = self.root / "plans" / plan_hash
+        folder = confined(self.root / "plans", check_sha256(plan_hash, "fold plan hash"))
         required = ["plan.json", "indices.npy"]
         if not _marker_ok(folder, plan_hash, required):
             with FileLock(str(self._lock_path(f"plan-{plan_hash}.lock"))):
                 if not _marker_ok(folder, plan_hash, required):
                     plan = store.get_fold_plan(plan_hash)  # checked against its hash
+                    if plan.hash != plan_hash:
+                        raise DatasetCorruptedError(f"the store's fold plan {plan_hash[:12]} holds plan "
+                                                    f"{plan.hash[:12]}: it was tampered with")
                     tmp = self._new_tmp()
                     try:
                         np.save(tmp / "indices.npy", plan.packed_indices(), allow_pickle=False)
@@ -333,6 +341,9 @@ class HostCache:
             (tmp / "layout.json").write_text(json.dumps({**layout.to_document(), "arrays": names}))
             _write_marker(tmp, plan.hash, ["layout.json", "order.npy", *(f"{n}.npy" for n in names)])
             self._replace(folder, tmp)
+        except OSError as error:
+            _raise_if_disk_full(error, self.root, f"laying out {dataset.info.ref} for fold plan {plan.hash[:12]}")
+            raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -433,6 +444,13 @@ class HostCache:
                 os.rename(path, trash / str(i))
         os.rename(new, target)
         shutil.rmtree(trash, ignore_errors=True)
+
+
+def _raise_if_disk_full(error: OSError, root: Path, doing: str) -> None:
+    """Turn a full disk (or quota) into one line that says where and what to do; nothing is left half-written."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        raise DatasetError(f"no space left in the dataset cache {root} while {doing}: free space there, or move "
+                           "the cache to a bigger disk (TLSEARCH_CACHE_DIR, or cache_dir in the config file)") from None
 
 
 def _marker_ok(folder: Path, key: str, required: Iterable[str]) -> bool:

@@ -38,3 +38,7 @@ class DatasetBusyError(DatasetError):
 
 class FoldPlanMismatchError(DatasetError):
     """A stored fold plan does not belong to the dataset or splitter a study now uses."""
+
+
+class UnsafeStoreValueError(DatasetError, ValueError):
+    """A value read from the store that would become part of a local path does not have its exact form."""

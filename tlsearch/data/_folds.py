@@ -18,6 +18,7 @@ import numpy as np
 from tlsearch.data._errors import DatasetCorruptedError, DatasetValidationError, FoldPlanMismatchError
 from tlsearch.data._hashing import hash_fold_plan
 from tlsearch.data._info import FEATURES, GROUPS, LABELS, DatasetInfo
+from tlsearch.data._paths import check_sha256
 
 if TYPE_CHECKING:
     from tlsearch.data._cache import Dataset
@@ -111,6 +112,7 @@ class FoldPlan:
         if not complete or actual != document.get("hash"):
             raise DatasetCorruptedError(
                 f"stored fold plan {str(document.get('hash'))[:12]} is damaged (its indices do not match its hash)")
+        check_sha256(document["dataset_hash"], "fold plan's dataset hash")
         return cls(actual, document["dataset_hash"], document["splitter"], int(document["n_rows"]), folds)
 
 

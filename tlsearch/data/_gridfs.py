@@ -36,6 +36,7 @@ from tlsearch.data._errors import (DatasetBusyError, DatasetCorruptedError, Data
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._info import DatasetInfo, check_name, describe_arrays, parse_ref
 from tlsearch.data._npy import iter_npy
+from tlsearch.data._paths import check_sha256
 from tlsearch.data._store import DatasetStore, Progress, version_for_push
 
 CHUNK_BYTES = 4 << 20  # measured on the test server: 1 MiB ≈ 110 MB/s in, 4-8 MiB ≈ 135 MB/s in and faster out
@@ -82,7 +83,9 @@ class MongoDatasetStore(DatasetStore):
     @property
     def _db(self):
         if self._client is None:
-            self._client = pymongo.MongoClient(self._uri, tz_aware=True, appname="tlsearch-datasets")
+            from tlsearch.storage._client import connect  # fails within seconds when MongoDB is not there
+
+            self._client = connect(self._uri, tz_aware=True, appname="tlsearch-datasets")
         return self._client.get_database(self.database)
 
     @property
@@ -360,7 +363,7 @@ class MongoDatasetStore(DatasetStore):
         return plan
 
     def get_fold_plan(self, plan_hash: str) -> FoldPlan:
-        document = self._plans.find_one({"_id": str(plan_hash)})
+        document = self._plans.find_one({"_id": check_sha256(plan_hash, "fold plan hash")})
         if document is None:
             raise FoldPlanNotFoundError(f"no fold plan {str(plan_hash)[:12]} in {self.describe()}")
         buffer = io.BytesIO()

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from tlsearch.data._errors import DatasetValidationError
+from tlsearch.data._paths import check_sha256
 
 # Array names a dataset may hold: features, labels, and the optional per-row groups and sample weights.
 FEATURES, LABELS, GROUPS, SAMPLE_WEIGHT = "X", "y", "groups", "sample_weight"
@@ -88,7 +89,12 @@ class DatasetInfo:
         if isinstance(created, str):
             created = datetime.fromisoformat(created)
         created = created.replace(tzinfo=timezone.utc) if created.tzinfo is None else created.astimezone(timezone.utc)
-        return cls(name=doc["name"], version=int(doc["version"]), hash=doc["hash"],
+        unknown = sorted(set(doc["arrays"]) - set(ARRAY_NAMES), key=str)
+        if unknown:  # array names become cache file names
+            raise DatasetValidationError(f"refusing stored dataset {doc.get('name')!r}: unknown array name(s) "
+                                         f"{', '.join(map(repr, unknown))} (the store was tampered with?)")
+        return cls(name=check_name(doc["name"]), version=int(doc["version"]),
+                   hash=check_sha256(doc["hash"], "dataset content hash"),
                    arrays={k: {"dtype": v["dtype"], "shape": [int(n) for n in v["shape"]]} for k, v in doc["arrays"].items()},
                    metadata=dict(doc.get("metadata") or {}), created=created, size_bytes=int(doc["size_bytes"]))
 

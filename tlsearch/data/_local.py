@@ -24,6 +24,7 @@ from tlsearch.data._errors import DatasetCorruptedError, DatasetNotFoundError, F
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._info import DatasetInfo, describe_arrays, parse_ref
 from tlsearch.data._npy import PIECE_BYTES, write_npy
+from tlsearch.data._paths import check_sha256, confined
 from tlsearch.data._store import DatasetStore, Progress, version_for_push
 
 _STALE_TMP_SECONDS = 24 * 3600
@@ -251,7 +252,7 @@ class LocalDatasetStore(DatasetStore):
         return plan
 
     def get_fold_plan(self, plan_hash: str) -> FoldPlan:
-        folder = self._plans / str(plan_hash)
+        folder = confined(self._plans, check_sha256(plan_hash, "fold plan hash"))
         try:
             document = json.loads((folder / "plan.json").read_text())
             with open(folder / "indices.npy", "rb") as file:

@@ -85,6 +85,8 @@ def arrays_from_frame(frame, *, features: Columns = None, label: str | None = No
 
     by_name = {str(column): column for column in frame.columns}
     where = f" in {source.removeprefix('file:')}" if source != "DataFrame" else ""
+    if len(frame) == 0:
+        raise DatasetValidationError(f"the table{where} has 0 rows: nothing to train on; check the source file")
 
     def column(name: str, role: str):
         if name not in by_name:
@@ -106,6 +108,10 @@ def arrays_from_frame(frame, *, features: Columns = None, label: str | None = No
         feature_names = [name for name in by_name if name != label and name not in extra]
     if not feature_names:
         raise DatasetValidationError(f"no feature columns left{where}: pass the feature columns explicitly")
+    for name, role in ((label, "label"), (groups, "groups"), (sample_weight, "sample weight")):
+        if name in feature_names:
+            raise DatasetValidationError(f"column {name!r} is both the {role} and a feature: leave it out of "
+                                         "--features")
     for name in feature_names:
         column(name, "feature")
     not_numeric = [n for n in feature_names if not (pd.api.types.is_numeric_dtype(frame[by_name[n]])

@@ -38,6 +38,7 @@ def prepare_arrays(arrays: Mapping[str, object]) -> dict[str, np.ndarray]:
         prepared[name] = _prepare_array(name, arrays[name])
     _check_rows(prepared)
     _check_finite(prepared[LABELS], "label array 'y'")
+    _check_classes(prepared[LABELS])
     if SAMPLE_WEIGHT in prepared:
         weights = prepared[SAMPLE_WEIGHT]
         _check_ndim(SAMPLE_WEIGHT, weights, 1)
@@ -74,12 +75,26 @@ def _prepare_array(name: str, value: object) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=native)
 
 
+# The metadata lives in one MongoDB document (16 MiB at most) with the dataset's record.
+_METADATA_MAX_BYTES = 8 * 1024 * 1024
+
+
 def _check_rows(arrays: dict[str, np.ndarray]) -> None:
     rows = len(arrays[FEATURES])
+    if rows == 0:
+        raise DatasetValidationError("the dataset has 0 rows: nothing to train on; check the source file")
     for name, array in arrays.items():
         if len(array) != rows:
             raise DatasetValidationError(
                 f"arrays have different lengths: features 'X' has {rows} rows but {name!r} has {len(array)}")
+
+
+def _check_classes(y: np.ndarray) -> None:
+    """An integer or bool label (classes) needs at least two distinct values to learn anything."""
+    if y.dtype.kind in "biu" and y.ndim == 1 and len(np.unique(y)) < 2:
+        raise DatasetValidationError(
+            f"the label array 'y' holds one class only ({y[0]!r} in all {len(y)} rows): a classifier needs at "
+            "least two; check the label column (--label)")
 
 
 def _check_ndim(name: str, array: np.ndarray, ndim: int) -> None:
@@ -110,6 +125,12 @@ def prepare_metadata(metadata: Mapping | None) -> dict:
     except (TypeError, ValueError) as error:
         raise DatasetValidationError(f"metadata is not a plain document: {error}") from None
     _check_keys(document, "metadata")
+    size = len(json.dumps(document))
+    if size > _METADATA_MAX_BYTES:
+        raise DatasetValidationError(
+            f"the dataset's metadata (column names and the like) takes {size / 2**20:.1f} MiB, over the "
+            f"{_METADATA_MAX_BYTES // 2**20} MiB tlsearch keeps in one MongoDB document: shorten the column "
+            "names, or save the table as .npy/.npz (no names stored)")
     return document
 
 

@@ -50,7 +50,7 @@ def scrub(text: str, uri: str) -> str:
     return text
 
 
-def connect(uri: str) -> pymongo.MongoClient:
+def connect(uri: str, **options) -> pymongo.MongoClient:
     """A client for `uri` that has answered a ping; MongoUnavailableError within about CONNECT_TIMEOUT_S if not.
 
     Timeouts given in the URI win over ours."""
@@ -61,7 +61,7 @@ def connect(uri: str) -> pymongo.MongoClient:
         if f"{option.lower()}=" not in uri.lower()
     }
     try:
-        client = pymongo.MongoClient(uri, **timeouts)
+        client = pymongo.MongoClient(uri, **timeouts, **options)
     except (ConfigurationError, ValueError) as exc:
         raise ValueError(f"invalid MongoDB URI {mask_uri(uri)}: {scrub(str(exc), uri)}") from None
     try:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import Any
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
-from optuna.storages.journal._file import BaseJournalFileLock
+from optuna.storages.journal._file import BaseJournalFileLock, get_lock_file
 from optuna.storages.journal._storage import JournalOperation
+
+from tlsearch.errors import TLSearchError
+
+log = logging.getLogger(__name__)
 
 try:
     import fcntl
@@ -94,7 +100,75 @@ class QueuedJournalLock(BaseJournalFileLock):
             os.close(self._held.fd)  # closing the file releases its flock
 
 
+class JournalDamagedError(TLSearchError):
+    """A line in the middle of the journal file is not a journal operation."""
+
+
+class CrashTolerantJournalFile(JournalFileBackend):
+    """Optuna's journal file, surviving a writer killed mid-append.
+
+    A cut-off last line (no newline) is skipped with a warning, and the next append cuts it off the file
+    before writing (under the file lock), so no later operation is glued to it. A damaged complete line
+    raises `JournalDamagedError` naming the file and the line number.
+    """
+
+    def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
+        with open(self._file_path, "rb") as f:
+            log_number = max(n for n in self._log_number_offset if n <= log_number_from)
+            f.seek(self._log_number_offset[log_number])
+            for line in f:
+                if not line.endswith(b"\n"):
+                    log.warning("journal file %s: ignoring a cut-off last line (a process stopped while writing "
+                                "it); the next write removes it", self._file_path)
+                    return
+                self._log_number_offset[log_number + 1] = self._log_number_offset[log_number] + len(line)
+                if log_number >= log_number_from:
+                    yield self._decode(line, log_number)
+                log_number += 1
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        with get_lock_file(self._lock):
+            self._cut_partial_last_line()
+            text = "".join(json.dumps(entry, separators=(",", ":")) + "\n" for entry in logs)
+            with open(self._file_path, "ab") as f:
+                f.write(text.encode("utf-8"))
+                f.flush()
+                os.fsync(f.fileno())
+
+    def _decode(self, line: bytes, log_number: int) -> dict[str, Any]:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = None
+        if not isinstance(entry, dict) or "op_code" not in entry:
+            raise JournalDamagedError(
+                f"journal file {self._file_path} is damaged at line {log_number + 1} ({line[:60]!r}): restore it "
+                "from a backup, or delete that line to lose the operation it held")
+        return entry
+
+    def _cut_partial_last_line(self) -> None:
+        with open(self._file_path, "rb+") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            f.seek(size - 1)
+            if f.read(1) == b"\n":
+                return
+            keep = size
+            while keep > 0:  # back to the end of the last complete line
+                start = max(0, keep - 65536)
+                f.seek(start)
+                block = f.read(keep - start)
+                newline = block.rfind(b"\n")
+                if newline >= 0:
+                    keep = start + newline + 1
+                    break
+                keep = start
+            f.truncate(keep)
+            log.warning("journal file %s: removed a cut-off last line of %d bytes", self._file_path, size - keep)
+
+
 def open_journal(path: str) -> JournalStorage:
     """The journal study store at `path`, shared safely by the processes of one machine."""
     lock = QueuedJournalLock(path) if fcntl is not None else None
-    return JournalStorage(JournalFileBackend(path, lock_obj=lock))
+    return JournalStorage(CrashTolerantJournalFile(path, lock_obj=lock))

@@ -1,0 +1,84 @@
+"""This machine's record of which study file created each study, so `resume NAME` and `refit NAME` can find it.
+
+The record lives in the user's data directory (one small JSON file per store and study name, holding the
+study file's absolute path and sha256), never in the store: whoever can write to the store must not choose
+which file is imported. The path the store keeps is only a hint in error messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+import warnings
+from pathlib import Path
+
+import platformdirs
+
+from tlsearch.errors import TLSearchError
+
+
+class StudyFileChangedWarning(UserWarning):
+    """The study file differs from the one the study was run with on this machine."""
+
+
+def record_dir() -> Path:
+    """Where this machine keeps its records (`<user data dir>/tlsearch/study_files`)."""
+    return Path(platformdirs.user_data_dir("tlsearch")) / "study_files"
+
+
+def remember(stores, name: str, study_file: str | os.PathLike) -> None:
+    """Record that study `name` of `stores` runs `study_file` (its absolute path and current sha256)."""
+    path = Path(study_file).resolve()
+    entry = {"store": stores.describe(), "study": name, "path": str(path), "sha256": _sha256(path)}
+    target = _entry_path(stores, name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
+    tmp.write_text(json.dumps(entry))
+    os.replace(tmp, target)
+
+
+def resolve(stores, name: str, given: str | os.PathLike | None, stored_hint: str | None = None) -> Path:
+    """The study file to run for study `name`: `given` (the user named it), else this machine's record.
+
+    Raises TLSearchError when there is no record or the recorded file is gone; warns
+    (`StudyFileChangedWarning`) when the recorded file changed since. `stored_hint`, the path the store
+    names, only appears in the error message.
+    """
+    if given is not None:
+        return Path(given)
+    entry = _read_entry(stores, name)
+    hint = f" (the store says it was run from {stored_hint}; check that file, then pass it)" if stored_hint else ""
+    if entry is None:
+        raise TLSearchError(f"this machine has no record of the study file of {name!r}{hint}: "
+                            "pass --study PATH")
+    path = Path(entry["path"])
+    if not path.is_file():
+        raise TLSearchError(f"the study file {path} that ran {name!r} on this machine is gone: pass --study PATH")
+    if _sha256(path) != entry["sha256"]:
+        warnings.warn(f"study file {path} changed since study {name!r} was run with it (sha256 "
+                      f"{entry['sha256'][:12]} then, {_sha256(path)[:12]} now); running it anyway",
+                      StudyFileChangedWarning, stacklevel=2)
+    return path
+
+
+def _read_entry(stores, name: str) -> dict | None:
+    try:
+        entry = json.loads(_entry_path(stores, name).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise TLSearchError(f"cannot read this machine's study-file record of {name!r}: {error}") from None
+    if entry.get("store") != stores.describe() or entry.get("study") != name:
+        return None  # a hash collision of the key; never seen, but never run the wrong file
+    return entry
+
+
+def _entry_path(stores, name: str) -> Path:
+    key = hashlib.sha256(f"{stores.describe()}\n{name}".encode()).hexdigest()
+    return record_dir() / f"{key}.json"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
