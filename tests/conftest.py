@@ -21,6 +21,15 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_data_dir(tmp_path_factory):
+    """The user's data directory (this machine's study-file records), private to the test session."""
+    with pytest.MonkeyPatch.context() as patch:
+        path = tmp_path_factory.mktemp("user-data")
+        patch.setenv("XDG_DATA_HOME", str(path))
+        yield path
+
+
 @pytest.fixture(scope="session")
 def mongo_uri():
     """URI of the MongoDB server shared by the test session."""

@@ -101,6 +101,7 @@ def test_skops_calling_exec_with_every_hash_updated_is_refused(refitted, tmp_pat
 def test_model_file_name_from_the_store_never_becomes_a_path(refitted, tmp_path, filename):
     stores, name, _, _ = refitted
     target = tmp_path / "outside" / "proof.skops"
+    target.parent.mkdir()
     filename = str(target) if filename == "ABSOLUTE" else filename
     record = RefitRecord(**runner.system_attrs(runner.load(stores, name))[ATTR_REFIT])
     _set_attr(stores, name, ATTR_REFIT, asdict(replace(record, filename=filename)))

@@ -21,7 +21,7 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
 
-from tlsearch import cluster
+from tlsearch import cluster, study_files
 from tlsearch.errors import TLSearchError
 from tlsearch.progress import Progress
 from tlsearch.stores import Stores, check_study_name
@@ -105,6 +105,7 @@ def copy(source: Stores, target: Stores, name: str, to_name: str | None = None) 
     optuna.copy_study(from_study_name=name, from_storage=source.study_storage(),
                       to_storage=target.study_storage(), to_study_name=to_name)
     copied = load(target, to_name)
+    study_files.copy_record(source, target, name, to_name)
     if ATTR_DATASET_REF in attrs:
         dataset = HostCache().open(source.dataset_store(), attrs[ATTR_DATASET_REF])
         info = target.dataset_store().push(dataset.info.name, dict(dataset.arrays), metadata=dataset.info.metadata,
@@ -153,8 +154,6 @@ def _open_study(spec, stores: Stores, name: str, study_file, resume: bool) -> tu
         store.get_fold_plan(attrs[ATTR_FOLD_PLAN]).check_matches(info, spec.cv)
         dataset_ref = attrs[ATTR_DATASET_REF]
     if study_file is not None:
-        from tlsearch import study_files
-
         study_files.remember(stores, name, study_file)  # what resume/refit run; the store's copy is a hint
         storage.set_study_system_attr(study._study_id, ATTR_STUDY_FILE, str(Path(study_file).resolve()))
     storage.set_study_system_attr(study._study_id, ATTR_STOP, False)

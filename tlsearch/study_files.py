@@ -39,6 +39,13 @@ def remember(stores, name: str, study_file: str | os.PathLike) -> None:
     os.replace(tmp, target)
 
 
+def copy_record(source, target, name: str, to_name: str) -> None:
+    """After copying study `name` of `source` to `to_name` of `target`: the copy runs the same study file."""
+    entry = _read_entry(source, name)
+    if entry is not None and Path(entry["path"]).is_file():
+        remember(target, to_name, entry["path"])
+
+
 def resolve(stores, name: str, given: str | os.PathLike | None, stored_hint: str | None = None) -> Path:
     """The study file to run for study `name`: `given` (the user named it), else this machine's record.
 

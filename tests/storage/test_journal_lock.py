@@ -11,7 +11,7 @@ import pytest
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
-from tlsearch.storage._journal import JournalDamagedError, QueuedJournalLock, open_journal
+from tlsearch.storage._journal import QueuedJournalLock, open_journal
 
 
 def _contend(lock, acquired: threading.Event) -> threading.Thread:
@@ -87,6 +87,8 @@ def test_a_cut_off_last_line_is_ignored_with_a_warning_and_the_next_write_repair
 
 
 def test_garbage_in_the_middle_of_the_journal_names_the_file_and_line(tmp_path):
+    from tlsearch.storage._journal import JournalDamagedError
+
 
     path = _journal_with_a_trial(tmp_path)
     lines = path.read_bytes().splitlines(keepends=True)

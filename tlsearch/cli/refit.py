@@ -23,7 +23,7 @@ def _refit(args) -> int:
     from tlsearch.refit import refit
     from tlsearch.study import load_study_file
 
-    spec = load_study_file(args.study_file) if args.study_file else None  # else the one this machine recorded
+    spec = load_study_file(args.study_file) if args.study_file else None
     record, path = refit(args.name, stores=stores_of(args),
                          trial_number=args.trial, spec=spec, output=args.output)
     score = "" if record.cv_score is None else f" (CV score {record.cv_score:.6g})"
