@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import asdict, replace
 
@@ -98,8 +99,10 @@ def test_skops_calling_exec_with_every_hash_updated_is_refused(refitted, tmp_pat
 
 
 @pytest.mark.parametrize("filename", ["ABSOLUTE", "../../escaped.skops"])
-def test_model_file_name_from_the_store_never_becomes_a_path(refitted, tmp_path, filename):
+def test_model_file_name_from_the_store_never_becomes_a_path(refitted, tmp_path, monkeypatch, filename):
     stores, name, _, _ = refitted
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # so ../../ lands in tmp_path, not in /
+    (tmp_path / "tmp").mkdir()
     target = tmp_path / "outside" / "proof.skops"
     target.parent.mkdir()
     filename = str(target) if filename == "ABSOLUTE" else filename

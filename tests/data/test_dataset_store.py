@@ -41,15 +41,22 @@ def test_every_practical_dtype_round_trips_bit_for_bit(store, cache):
         assert store.verify(f"dtype-{dtype}").hash == info.hash
 
 
-@pytest.mark.parametrize("n_rows", [0, 1])
-def test_empty_and_one_row_datasets_round_trip(store, cache, n_rows):
-    arrays = make_arrays(n_rows=n_rows)
+def test_one_row_dataset_round_trips(store, cache):
+    arrays = make_arrays(n_rows=1, y=np.array([0.5]))  # a regression target: one class would be refused
     info = store.push("tiny", arrays)
-    assert info.n_rows == n_rows
+    assert info.n_rows == 1
     with cache.open(store, "tiny") as dataset:
-        assert dataset["X"].shape == (n_rows, 5)
+        assert dataset["X"].shape == (1, 5)
         np.testing.assert_array_equal(dataset["y"], arrays["y"])
     store.verify("tiny")
+
+
+@pytest.mark.parametrize(("arrays", "says"), [(make_arrays(n_rows=0), "0 rows"),
+                                              (make_arrays(n_rows=4, y=np.full(4, 2)), "one class only")])
+def test_empty_and_single_class_datasets_are_refused_at_push(store, arrays, says):
+    with pytest.raises(DatasetValidationError, match=says):
+        store.push("tiny", arrays)
+    assert store.list() == []
 
 
 def test_pushing_stored_content_transfers_nothing(store):
