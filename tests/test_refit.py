@@ -141,3 +141,43 @@ def test_test_holdout_is_never_cross_validated_and_scores_the_refit(tmp_path):
     assert used == set(kept.tolist()), "cross-validation must use every row but the hold-out, and only those"
     record, _ = refit(spec.name, stores=stores)
     assert record.test_score is not None and 0.5 < record.test_score <= 1.0
+
+
+def _keras_file(tmp_path, *layers):
+    import keras
+
+    model = keras.Sequential([keras.Input((4,)), *layers, keras.layers.Dense(2)])
+    path = tmp_path / "model.keras"
+    model.save(path)
+    return path
+
+
+def test_keras_model_with_a_lambda_layer_is_refused(tmp_path):
+    import keras
+
+    from tlsearch.refit import load_model_file
+
+    path = _keras_file(tmp_path, keras.layers.Lambda(lambda x: x * 2))
+    with pytest.raises(UnsafeModelError, match="Lambda"):
+        load_model_file(path)
+
+
+def test_keras_model_with_an_unregistered_custom_object_is_refused(tmp_path):
+    import json
+    import zipfile
+
+    import keras
+
+    from tlsearch.refit import load_model_file
+
+    path = _keras_file(tmp_path, keras.layers.Dense(3))
+    with zipfile.ZipFile(path) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(files["config.json"])
+    config["config"]["layers"][0].update(module="attacker.layers", class_name="Boom", registered_name="Boom")
+    files["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    with pytest.raises(UnsafeModelError, match="attacker.layers.Boom"):
+        load_model_file(path)
