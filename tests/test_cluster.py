@@ -64,3 +64,16 @@ def test_gpu_slots_pin_devices_and_advertise_shares(monkeypatch):
     assert len(cpu) == 3 and all(not s["resources"] for s in cpu)
     with pytest.raises(Exception, match="at least 1"):
         cluster.worker_specs("0", trials_per_gpu=0)
+
+
+def test_the_local_cluster_listens_on_loopback_only():
+    """Scheduler, dashboard and workers of `tlsearch run`'s local cluster: nothing reachable from another host."""
+    import psutil
+
+    from tlsearch.cluster import connect
+
+    with connect(n_workers=1) as client:
+        pids = [os.getpid(), *client.run(os.getpid).values()]
+        listening = [c.laddr for pid in pids for c in psutil.Process(pid).net_connections("inet")
+                     if c.status == psutil.CONN_LISTEN]
+    assert listening and all(address.ip in ("127.0.0.1", "::1") for address in listening), listening
