@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -58,11 +59,30 @@ def connect(scheduler: str | None = None, n_workers: int | None = None,
         raise TLSearchError(f"--workers must be at least 1, got {n_workers}")
     if not log.isEnabledFor(logging.DEBUG):  # the scheduler and nannies run in this process; keep the terminal quiet
         logging.getLogger("distributed").setLevel(logging.ERROR)
-    with dask.config.set(LOCAL_CLUSTER_CONFIG):
-        with distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                      dashboard_address=":0", silence_logs=logging.ERROR) as cluster:
-            with distributed.Client(cluster) as local:
-                yield local
+    quiet = logging.DEBUG if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL  # no shutdown tracebacks
+    with dask.config.set(LOCAL_CLUSTER_CONFIG), _local_cluster(n_workers, quiet) as cluster:
+        with distributed.Client(cluster) as local:
+            yield local
+
+
+@contextlib.contextmanager
+def _local_cluster(n_workers: int, silence_logs: int) -> Iterator[distributed.LocalCluster]:
+    """A LocalCluster whose worker processes never see Ctrl-C or SIGTERM: a terminal signals the whole
+    process group, and the driver alone decides what happens to running trials. The signals stay blocked
+    in the threads and processes started here (a blocked mask survives fork and exec); the driver's own
+    thread gets them."""
+    blocked = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        cluster = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                           dashboard_address=":0", silence_logs=silence_logs)
+    except Exception as error:  # e.g. a script without a main guard, re-run by each spawned worker
+        raise TLSearchError(f"the local Dask cluster did not start ({error}); if you call tlsearch.run from "
+                            'a script, put the call under `if __name__ == "__main__":`') from None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    with cluster:
+        yield cluster
 
 
 def workers_are_remote(client: distributed.Client) -> bool:
