@@ -21,7 +21,6 @@ from collections import Counter
 from pathlib import Path
 
 import distributed
-import filelock
 import optuna
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
@@ -33,6 +32,11 @@ from tlsearch.storage._slots import TrialSlots
 from tlsearch.stores import Stores
 from tlsearch.trial_task import TrialJob, TrialOutcome, pack_spec, run_trial, trial_seed
 
+try:
+    import fcntl
+except ImportError:  # Windows: no driver lock; abandoned trials of the embedded default stay RUNNING
+    fcntl = None  # type: ignore[assignment]
+
 log = logging.getLogger(__name__)
 
 # System attributes the driver keeps on each study (readable in the store; `tlsearch status` shows them).
@@ -43,10 +47,6 @@ ATTR_STUDY_FILE = "tlsearch:study_file"
 ATTR_STOP = "tlsearch:stop_requested"
 
 _DONE = (TrialState.COMPLETE, TrialState.PRUNED)
-
-
-class StudyBusyError(TLSearchError):
-    """Another driver on this host runs the same local study."""
 
 
 # Why a run ended, and the exit code `tlsearch run` / `resume` return for it (README: "Faults, stopping and resuming").
@@ -110,11 +110,12 @@ def drive(spec, *, mongo: str | None = None, database: str = "tlsearch", home: s
     _check_budget(n_trials, timeout, parallelism, n_workers if client is None and not scheduler else None)
     spaces.check_space(spec.space, name)
 
-    with _driver_lock(stores, name), _Interrupts() as interrupts:
+    with _DriverLock(stores, name) as driver_lock, _Interrupts() as interrupts:
         study, created = _open_study(spec, stores, name, resume)
         with _deleted_if_start_fails(study, created):
             dataset_ref = _bind_study(study, spec, stores, study_file)
-            _fail_abandoned_trials(study, spec)
+            _fail_abandoned_trials(study, spec, all_running=driver_lock.alone)
+            driver_lock.share()
             done = _count_done(study)
             if n_trials is not None and done >= n_trials:
                 return RunResult(study, NOTHING_TO_DO, f"{done}/{n_trials} trials finished")
@@ -142,8 +143,9 @@ def _refuse_spawned_import() -> None:
     import multiprocessing
 
     if getattr(multiprocessing.current_process(), "_inheriting", False):
-        raise TLSearchError('tlsearch.run was called while a worker process imported your script: '
-                            'put the call under `if __name__ == "__main__":`')
+        # SystemExit: the worker process ends with this one line, not a traceback per worker.
+        raise SystemExit('tlsearch: error: tlsearch.run was called while a worker process imported your script: '
+                         'put the call under `if __name__ == "__main__":`')
 
 
 def request_stop(stores: Stores, name: str) -> None:
@@ -192,8 +194,13 @@ def _open_study(spec, stores: Stores, name: str, resume: bool) -> tuple[optuna.S
     if resume:
         return load(stores, name, spec), False
     existed = _study_exists(storage, name)
-    study = optuna.create_study(storage=storage, study_name=name, directions=list(spec.directions),
-                                sampler=spec.sampler, pruner=spec.pruner, load_if_exists=True)
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(max(verbosity, logging.WARNING))  # not Optuna's "A new study created" line
+    try:
+        study = optuna.create_study(storage=storage, study_name=name, directions=list(spec.directions),
+                                    sampler=spec.sampler, pruner=spec.pruner, load_if_exists=True)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
     return study, not existed
 
 
@@ -250,33 +257,51 @@ def _bind_study(study: optuna.Study, spec, stores: Stores, study_file) -> str:
     return dataset_ref
 
 
-@contextlib.contextmanager
-def _driver_lock(stores: Stores, name: str):
-    """On the embedded default, one driver per study: then every RUNNING trial at start is abandoned.
-    (MongoDB studies may have several drivers; heartbeats tell which trials are abandoned.)"""
-    if not stores.is_local:
-        yield
-        return
-    path = stores.home / "locks" / f"{name.replace('/', '_')}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(path)
-    try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        raise StudyBusyError(f"study {name!r} is already running in another process on this host") from None
-    try:
-        yield
-    finally:
-        lock.release()
+class _DriverLock:
+    """Which drivers of a study are alive on this host (the embedded default has no heartbeats).
+
+    Every live driver holds a shared `flock` on the study's lock file. One that gets it exclusively at
+    start is alone: every RUNNING trial was left by a dead driver. It keeps the lock exclusive while it
+    fails them (no other driver starts a trial meanwhile), then shares it. MongoDB studies use heartbeats.
+    """
+
+    def __init__(self, stores: Stores, name: str) -> None:
+        self.alone = False
+        self._fd = None
+        if stores.is_local and fcntl is not None:
+            path = stores.home / "locks" / f"{name.replace('/', '_')}.lock"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def __enter__(self) -> _DriverLock:
+        if self._fd is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.alone = True
+            except BlockingIOError:
+                fcntl.flock(self._fd, fcntl.LOCK_SH)
+        return self
+
+    def share(self) -> None:
+        """Let other drivers join (a no-op unless this one was alone)."""
+        if self._fd is not None and self.alone:
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the file releases its flock
 
 
-def _fail_abandoned_trials(study: optuna.Study, spec) -> int:
-    """Fail trials left RUNNING by a driver that died, and queue their retries; how many there were."""
+def _fail_abandoned_trials(study: optuna.Study, spec, all_running: bool = False) -> int:
+    """Fail trials left RUNNING by a driver that died (stale heartbeats; every RUNNING trial when
+    `all_running`), and queue their retries; how many there were."""
     storage = study._storage
-    if _heartbeat_interval(storage):
-        abandoned = storage._get_stale_trial_ids(study._study_id)
-    else:  # the embedded default: we hold the study's lock, so nothing else is running it
+    if all_running:
         abandoned = [t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    elif _heartbeat_interval(storage):
+        abandoned = storage._get_stale_trial_ids(study._study_id)
+    else:
+        return 0
     for trial_id in abandoned:
         number = storage.get_trial_number_from_id(trial_id)
         if _fail_and_retry(study, trial_id, {"error_type": "DriverLost",
