@@ -7,6 +7,7 @@ real LocalClusters and the real MongoDB test server; trials are tiny CustomLoop 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tlsearch import cli, runner
+from tlsearch.errors import TLSearchError
 from tlsearch.stores import Stores
 from tests.test_runner import _kill_group, _wait_for_complete, count, write_study
 
@@ -59,8 +61,9 @@ def _wait_for_running(load, process, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, process.stdout.read()
-        if count(load(), TrialState.RUNNING):
-            return
+        with contextlib.suppress(TLSearchError):  # the study is not created yet
+            if count(load(), TrialState.RUNNING):
+                return
         time.sleep(0.2)
     raise AssertionError(f"no trial running after {timeout} s")
 

@@ -67,22 +67,25 @@ def connect(scheduler: str | None = None, n_workers: int | None = None,
 
 @contextlib.contextmanager
 def _local_cluster(n_workers: int, silence_logs: int) -> Iterator[distributed.LocalCluster]:
-    """A LocalCluster whose worker processes never see Ctrl-C or SIGTERM: a terminal signals the whole
-    process group, and the driver alone decides what happens to running trials. The signals stay blocked
-    in the threads and processes started here (a blocked mask survives fork and exec); the driver's own
-    thread gets them."""
-    blocked = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    """A LocalCluster whose worker processes ignore Ctrl-C and SIGTERM (see `dask_setup`)."""
     try:
         cluster = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                           dashboard_address=":0", silence_logs=silence_logs)
+                                           dashboard_address=":0", silence_logs=silence_logs,
+                                           preload=[__name__])
     except Exception as error:  # e.g. a script without a main guard, re-run by each spawned worker
         raise TLSearchError(f"the local Dask cluster did not start ({error}); if you call tlsearch.run from "
                             'a script, put the call under `if __name__ == "__main__":`') from None
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     with cluster:
         yield cluster
+
+
+def dask_setup(worker: distributed.Worker) -> None:
+    """Run by each local worker process as it starts (this module is its Dask preload): a terminal sends
+    Ctrl-C to the whole process group, and `timeout` SIGTERM, but the driver alone decides what happens to
+    running trials; its nanny stops the worker (a message, then SIGKILL)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def workers_are_remote(client: distributed.Client) -> bool:
