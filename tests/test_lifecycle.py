@@ -108,7 +108,7 @@ def test_second_ctrl_c_fails_running_trials_as_interrupted_and_queues_retries(tm
     interrupted = [t for t in study.trials if t.user_attrs.get("error_type") == "Interrupted"]
     assert interrupted, output
     assert all(t.state == TrialState.FAIL for t in interrupted)
-    assert sum("Interrupted" in line for line in output.splitlines()) == len(interrupted), output
+    assert sum(line.startswith("trial ") and "Interrupted" in line for line in output.splitlines()) == len(interrupted)
     waiting = [t for t in study.trials if t.state == TrialState.WAITING]
     assert sorted(t.system_attrs["failed_trial"] for t in waiting) == sorted(t.number for t in interrupted)
     assert count(study, TrialState.RUNNING) == 0

@@ -558,10 +558,11 @@ class _Dispatcher:
         """Fail the running trials as `Interrupted`, one line each; their retries wait for the next resume."""
         self.end_detail = f"{len(self.running)} running trial(s) failed as Interrupted, retries queued"
         running, self.running = self.running, {}
-        for future, (trial_id, number) in running.items():
+        for left, (future, (trial_id, number)) in enumerate(running.items(), 1):
             future.cancel()
             _fail_and_retry(self.study, trial_id, {"error_type": "Interrupted", "error_message": reason},
                             self.spec.retries)
+            self.progress.running = len(running) - left
             self.progress.finished(number, TrialState.FAIL, None, f"Interrupted: {reason}")
 
     def _best(self) -> float | None:
