@@ -380,7 +380,6 @@ class _Dispatcher:
         self.running: dict[distributed.Future, tuple[int, int]] = {}  # future -> (trial_id, number)
         self.resources = cluster.trial_resources(client)
         self.slots = TrialSlots(study._storage, study._study_id)
-        self.budget_full = False
         self.stop_reason: str | None = None  # why the driver stopped starting trials, once it has
         self.end_detail = ""
         self.failed_in_a_row = 0
@@ -449,8 +448,7 @@ class _Dispatcher:
         interval = _heartbeat_interval(self.study._storage)
         if not interval:
             return math.inf
-        if _fail_abandoned_trials(self.study, self.spec):
-            self.budget_full = False
+        _fail_abandoned_trials(self.study, self.spec)
         return interval
 
     def _running_elsewhere(self) -> bool:

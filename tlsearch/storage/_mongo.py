@@ -119,6 +119,7 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
         self._db: _Collections | None = None
         self._lock = threading.RLock()
         self._studies: dict[int, StudyCache] = {}
+        self._slot_counters: set[int] = set()  # studies whose trial-slot counter this process knows exists
         self._just_written = threading.local()  # see _remember_written
 
     # Pickling: the URI and the settings travel, the connection and the cache do not.
@@ -609,8 +610,10 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
     def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> bool:
         """Take one of `limit` trial slots of the study; False when all are taken. A study without a counter
         starts at `claimed()` (its finished and running trials). A conditional `$inc` on one document: atomic."""
-        self._retrying(lambda c: c.studies.update_one(
-            {"_id": study_id, _SLOTS: {"$exists": False}}, {"$set": {_SLOTS: claimed()}}))
+        if study_id not in self._slot_counters:
+            self._retrying(lambda c: c.studies.update_one(
+                {"_id": study_id, _SLOTS: {"$exists": False}}, {"$set": {_SLOTS: claimed()}}))
+            self._slot_counters.add(study_id)
         result = self._retrying(lambda c: c.studies.update_one(
             {"_id": study_id, _SLOTS: {"$lt": limit}}, {"$inc": {_SLOTS: 1}}))
         return result.modified_count == 1
