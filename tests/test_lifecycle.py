@@ -216,3 +216,12 @@ def test_a_finished_study_has_nothing_to_do(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "nothing to do: 2/2 trials finished" in captured.err
     assert "report:" not in captured.out and "dashboard" not in captured.err
+
+
+def test_tied_best_trials_print_one_and_say_how_many_tie(tmp_path, capsys):
+    study_file = write_study(tmp_path, n_trials=3, body="return 1.0")
+    assert cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1",
+                     "--progress", "off", "--no-report"]) == 0
+    out = capsys.readouterr().out
+    assert "3 trials tie for the best value" in out
+    assert out.count("best trial #") == 1 and "best trial #0:" in out, out
