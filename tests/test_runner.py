@@ -201,7 +201,7 @@ def test_ctrl_c_finishes_running_trials_and_the_study_resumes(tmp_path):
         output, _ = process.communicate(timeout=120)
     finally:
         _kill_group(process)
-    assert process.returncode == 0, output
+    assert process.returncode == 130, output  # EXIT_CODES[INTERRUPTED]
     assert "best trial" in output
     study = runner.load(stores, "engine")
     assert count(study, TrialState.RUNNING) == 0

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -88,13 +89,35 @@ def connect(scheduler: str | None = None, n_workers: int | None = None,
         raise TLSearchError(f"--workers must be at least 1, got {n_workers}")
     if not log.isEnabledFor(logging.DEBUG):  # the scheduler and nannies run in this process; keep the terminal quiet
         logging.getLogger("distributed").setLevel(logging.ERROR)
-    with dask.config.set(LOCAL_CLUSTER_CONFIG):
-        with distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                      host=LOOPBACK, dashboard_address=f"{LOOPBACK}:0",
-                                      protocol="tls" if security else None, security=security,
-                                      silence_logs=logging.ERROR) as cluster:
-            with distributed.Client(cluster, security=security) as local:
-                yield local
+    quiet = logging.DEBUG if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL  # no shutdown tracebacks
+    with dask.config.set(LOCAL_CLUSTER_CONFIG), _local_cluster(n_workers, quiet, security) as cluster:
+        with distributed.Client(cluster, security=security) as local:
+            yield local
+
+
+@contextlib.contextmanager
+def _local_cluster(n_workers: int, silence_logs: int,
+                   security: distributed.Security | None) -> Iterator[distributed.LocalCluster]:
+    """A LocalCluster on 127.0.0.1 whose worker processes ignore Ctrl-C and SIGTERM (see `dask_setup`)."""
+    try:
+        cluster = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                           host=LOOPBACK, dashboard_address=f"{LOOPBACK}:0",
+                                           protocol="tls" if security else None, security=security,
+                                           silence_logs=silence_logs, preload=[__name__])
+    except Exception as error:  # e.g. a script without a main guard, re-run by each spawned worker
+        raise TLSearchError(f"the local Dask cluster did not start ({error}); if you call tlsearch.run from "
+                            'a script, put the call under `if __name__ == "__main__":`') from None
+    with cluster:
+        yield cluster
+
+
+def dask_setup(worker: distributed.Worker) -> None:
+    """Run by each local worker process as it starts (this module is its Dask preload): a terminal sends
+    Ctrl-C to the whole process group, and `timeout` SIGTERM, but the driver alone decides what happens to
+    running trials; its nanny stops the worker (a message, then SIGKILL)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def is_loopback(address: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 import sys
 import time
 from collections import Counter
@@ -11,20 +12,21 @@ from optuna.trial import TrialState
 
 
 class Progress:
-    """Counts of this run's trials, the best value so far, elapsed time and an ETA.
+    """Counts of the study's trials by state (complete, pruned, failed: the whole study, not just this run),
+    the running ones, the best value so far, elapsed time and an ETA.
 
-    `mode` is "bar" (a live tqdm bar), "log" (a line per finished trial), "off", or "auto":
-    a bar when stderr is a terminal, lines otherwise.
+    `mode` is "bar" (a live tqdm line that fits 80 columns), "log" (a line per finished trial), "off", or
+    "auto": a bar when stderr is a terminal, lines otherwise.
     """
 
-    def __init__(self, total: int | None, done_before: int, mode: str = "auto", stream=None) -> None:
+    def __init__(self, total: int | None, counts: Counter[str], mode: str = "auto", stream=None) -> None:
         self.stream = stream or sys.stderr
         if mode == "auto":
             mode = "bar" if self.stream.isatty() else "log"
         self.mode = mode
         self.total = total
-        self.done_before = done_before
-        self.counts: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter({state: counts[state] for state in ("COMPLETE", "PRUNED", "FAIL")})
+        self.done_before = self._done()
         self.running = 0
         self.best: float | None = None
         self.started = time.monotonic()
@@ -32,8 +34,12 @@ class Progress:
         if mode == "bar":
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, initial=done_before, unit="trial", file=self.stream,
-                             dynamic_ncols=True, smoothing=0.1)
+            # No bar graphic: counts, best value and tqdm's own elapsed<remaining fit one 80-column line.
+            # (A terminal that reports no size, like `script`'s, counts as 80 x 24.)
+            size = shutil.get_terminal_size((80, 24))
+            self._bar = tqdm(total=total, initial=self.done_before, unit="trial", file=self.stream, smoothing=0.1,
+                             ncols=min(80, size.columns), nrows=size.lines,
+                             bar_format="{n_fmt}/{total_fmt} done{postfix} [{elapsed}<{remaining}]")
 
     def note(self, message: str) -> None:
         if self._bar is not None:
@@ -44,11 +50,12 @@ class Progress:
     def update(self, running: int, best: float | None) -> None:
         self.running, self.best = running, best
         if self._bar is not None:
-            self._bar.set_postfix_str(self._status(), refresh=True)
+            self._bar.set_postfix_str(self._counts(), refresh=True)
 
     def finished(self, number: int, state: TrialState, value: float | None, detail: str = "") -> None:
         self.counts[state.name] += 1
         if state in (TrialState.COMPLETE, TrialState.PRUNED) and self._bar is not None:
+            self._bar.set_postfix_str(self._counts(), refresh=False)
             self._bar.update(1)
         if self.mode == "log":
             shown = "" if value is None else f" {value:.6g}"
@@ -59,17 +66,22 @@ class Progress:
 
     def close(self) -> None:
         if self._bar is not None:
-            self._bar.set_postfix_str(self._status())
+            self._bar.set_postfix_str(self._counts())
             self._bar.close()
             self._bar = None
 
-    def _status(self) -> str:
-        done = self.done_before + self.counts["COMPLETE"] + self.counts["PRUNED"]
-        parts = [f"done {done}" + (f"/{self.total}" if self.total else ""),
-                 f"complete {self.counts['COMPLETE']}", f"pruned {self.counts['PRUNED']}",
-                 f"failed {self.counts['FAIL']}", f"running {self.running}"]
+    def _done(self) -> int:
+        return self.counts["COMPLETE"] + self.counts["PRUNED"]
+
+    def _counts(self) -> str:
+        parts = [f"{self.counts['PRUNED']} pruned", f"{self.counts['FAIL']} failed", f"{self.running} running"]
         if self.best is not None and math.isfinite(self.best):
             parts.append(f"best {self.best:.6g}")
+        return ", ".join(parts)
+
+    def _status(self) -> str:
+        done = self._done()
+        parts = [f"done {done}" + (f"/{self.total}" if self.total else ""), self._counts()]
         elapsed = time.monotonic() - self.started
         parts.append(f"elapsed {_duration(elapsed)}")
         finished_here = done - self.done_before

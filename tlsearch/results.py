@@ -74,6 +74,9 @@ def best_summary(study: optuna.Study) -> str:
     if not best:
         return f"study {study.study_name!r}: no complete trial yet"
     lines = []
+    if len(study.directions) == 1 and len(best) > 1:  # ties: one trial, the first to reach the value
+        lines.append(f"{len(best)} trials tie for the best value; showing the lowest-numbered")
+        best = [min(best, key=lambda trial: trial.number)]
     for trial in best[:5]:
         values = ", ".join(f"{v:.6g}" for v in trial.values)
         lines.append(f"best trial #{trial.number}: value {values}")

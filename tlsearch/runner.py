@@ -8,15 +8,19 @@ trial: the driver fails it and queues a retry with the same parameters.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import math
 import os
+import signal
+import sys
 import threading
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import distributed
-import filelock
 import optuna
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
@@ -24,8 +28,14 @@ from optuna.trial import TrialState
 from tlsearch import cluster, study_files
 from tlsearch.errors import TLSearchError
 from tlsearch.progress import Progress
+from tlsearch.storage._slots import TrialSlots
 from tlsearch.stores import Stores, check_study_name
 from tlsearch.trial_task import TrialJob, TrialOutcome, pack_spec, run_trial, trial_seed
+
+try:
+    import fcntl
+except ImportError:  # Windows: no driver lock; abandoned trials of the embedded default stay RUNNING
+    fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
@@ -39,44 +49,104 @@ ATTR_STOP = "tlsearch:stop_requested"
 _DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
-class StudyBusyError(TLSearchError):
-    """Another driver on this host runs the same local study."""
+# Why a run ended, and the exit code `tlsearch run` / `resume` return for it (README: "Faults, stopping and resuming").
+BUDGET_REACHED = "budget reached"
+NOTHING_TO_DO = "nothing to do"
+TIMEOUT_REACHED = "timeout reached"
+CONSECUTIVE_FAILURES = "too many trials failed in a row"
+NO_COMPLETE_TRIAL = "no trial completed"
+STOP_REQUESTED = "stopped by `tlsearch stop`"
+INTERRUPTED = "interrupted (Ctrl-C)"
+TERMINATED = "terminated (SIGTERM)"
+EXIT_CODES = {BUDGET_REACHED: 0, NOTHING_TO_DO: 0, TIMEOUT_REACHED: 0, CONSECUTIVE_FAILURES: 3, NO_COMPLETE_TRIAL: 4,
+              STOP_REQUESTED: 5, INTERRUPTED: 128 + signal.SIGINT, TERMINATED: 128 + signal.SIGTERM}
 
 
-def run(spec, *, mongo: str | None = None, database: str = "tlsearch", home: str | os.PathLike | None = None,
-        stores: Stores | None = None, client: distributed.Client | None = None,
-        scheduler: str | None = None, n_workers: int | None = None, parallelism: int | None = None,
-        n_trials: int | None = None, timeout: float | None = None, name: str | None = None,
-        study_file: str | os.PathLike | None = None, progress: str = "auto",
-        resume: bool = False, security: distributed.Security | None = None) -> optuna.Study:
+@dataclasses.dataclass
+class RunResult:
+    """What `drive` returns: the study, why the run ended (one of the reasons above) and a line saying so."""
+
+    study: optuna.Study
+    reason: str
+    detail: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.reason]
+
+    def summary(self) -> str:
+        return f"run ended: {self.reason}" + (f" ({self.detail})" if self.detail else "") + f"; exit code {self.exit_code}"
+
+
+def run(spec, **options) -> optuna.Study:
     """Run the study `spec` until `n_trials` trials are complete or pruned in total (counting those
     already in the store), `timeout` seconds pass, or `tlsearch stop` asks it to; return the study.
+    The options are `drive`'s; call it under `if __name__ == "__main__":` in a script."""
+    return drive(spec, **options).study
+
+
+def drive(spec, *, mongo: str | None = None, database: str = "tlsearch", home: str | os.PathLike | None = None,
+          stores: Stores | None = None, client: distributed.Client | None = None,
+          scheduler: str | None = None, n_workers: int | None = None, parallelism: int | None = None,
+          n_trials: int | None = None, timeout: float | None = None, name: str | None = None,
+          study_file: str | os.PathLike | None = None, progress: str = "auto",
+          resume: bool = False, security: distributed.Security | None = None) -> RunResult:
+    """`run`, returning why the run ended as well.
 
     The stores are MongoDB at `mongo` (default `$TLSEARCH_MONGO_URI`) or the embedded default under `home`;
     `stores` gives them fully instead. The cluster is `client`, the scheduler at `scheduler`, or a new
     LocalCluster of `n_workers` processes (on 127.0.0.1); `security` (`tlsearch.cluster.tls_security(ca, cert,
-    key)`) secures every Dask connection with TLS. `resume=True` requires the study to exist. Trials a dead driver left RUNNING are failed and
-    retried first. Ctrl-C stops starting trials and waits for running ones; a second Ctrl-C fails them.
+    key)`) secures every Dask connection with TLS. `resume=True` requires the study to exist. Trials a dead
+    driver left RUNNING are failed and retried (at start and every heartbeat interval). Ctrl-C or SIGTERM stops
+    starting trials and waits for running ones; a second Ctrl-C fails them. Bad options raise before any
+    study is created.
     """
     from tlsearch import spaces
 
+    _refuse_spawned_import()
     stores = stores or Stores.resolve(mongo, database, home)
     name = check_study_name(name or spec.name)
     n_trials = n_trials if n_trials is not None else spec.n_trials
     timeout = timeout if timeout is not None else spec.timeout
-    if n_trials is None and timeout is None:
-        raise TLSearchError("give the study a budget: n_trials and/or timeout")
+    _check_budget(n_trials, timeout, parallelism, n_workers if client is None and not scheduler else None)
     spaces.check_space(spec.space, name)
 
-    with _driver_lock(stores, name):
-        study, dataset_ref = _open_study(spec, stores, name, study_file, resume)
-        _fail_abandoned_trials(study, spec)
-        with cluster.connect(scheduler, n_workers, client, security) as dask_client:
-            cluster.check_stores_reachable(dask_client, stores)
-            dispatcher = _Dispatcher(study, spec, stores, dataset_ref, dask_client,
-                                     parallelism, n_trials, timeout, progress)
-            dispatcher.run()
-    return study
+    with _DriverLock(stores, name) as driver_lock, _Interrupts() as interrupts:
+        study, created = _open_study(spec, stores, name, resume)
+        with _deleted_if_start_fails(study, created):
+            dataset_ref = _bind_study(study, spec, stores, study_file)
+            _fail_abandoned_trials(study, spec, all_running=driver_lock.alone)
+            driver_lock.share()
+            done = _count_done(study)
+            if n_trials is not None and done >= n_trials:
+                return RunResult(study, NOTHING_TO_DO, f"{done}/{n_trials} trials finished")
+            with cluster.connect(scheduler, n_workers, client, security) as dask_client:
+                cluster.check_stores_reachable(dask_client, stores)
+                dispatcher = _Dispatcher(study, spec, stores, dataset_ref, dask_client,
+                                         parallelism, n_trials, timeout, progress, interrupts)
+                return RunResult(study, *dispatcher.run())
+
+
+def _check_budget(n_trials, timeout, parallelism, n_workers) -> None:
+    """Refuse budgets and sizes that cannot run, before a study is created."""
+    if n_trials is None and timeout is None:
+        raise TLSearchError("give the study a budget: n_trials and/or timeout")
+    for option, value, low in (("n_trials (--n-trials)", n_trials, "at least 1"),
+                               ("parallelism (--parallelism)", parallelism, "at least 1"),
+                               ("n_workers (--workers)", n_workers, "at least 1"),
+                               ("timeout (--timeout)", timeout, "more than 0 seconds")):
+        if value is not None and (value < 1 if low == "at least 1" else value <= 0):
+            raise TLSearchError(f"{option} must be {low}, got {value:g}")
+
+
+def _refuse_spawned_import() -> None:
+    """A script that calls `run` at import time would start a driver in every worker process it spawns."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # SystemExit: the worker process ends with this one line, not a traceback per worker.
+        raise SystemExit('tlsearch: error: tlsearch.run was called while a worker process imported your script: '
+                         'put the call under `if __name__ == "__main__":`')
 
 
 def request_stop(stores: Stores, name: str) -> None:
@@ -120,17 +190,47 @@ def system_attrs(study: optuna.Study) -> dict:
     return study._storage.get_study_system_attrs(study._study_id)
 
 
-def _open_study(spec, stores: Stores, name: str, study_file, resume: bool) -> tuple[optuna.Study, str]:
-    """Create or load the study, and bind it to its dataset and fold plan (computed once, then checked)."""
+def _open_study(spec, stores: Stores, name: str, resume: bool) -> tuple[optuna.Study, bool]:
+    """Load the study, or create it unless `resume`; whether it was created now."""
+    storage = stores.study_storage()
+    if resume:
+        return load(stores, name, spec), False
+    existed = _study_exists(storage, name)
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(max(verbosity, logging.WARNING))  # not Optuna's "A new study created" line
+    try:
+        study = optuna.create_study(storage=storage, study_name=name, directions=list(spec.directions),
+                                    sampler=spec.sampler, pruner=spec.pruner, load_if_exists=True)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    return study, not existed
+
+
+@contextlib.contextmanager
+def _deleted_if_start_fails(study: optuna.Study, created: bool):
+    """A failed start (bad dataset, unreachable cluster, Ctrl-C) leaves no empty study behind."""
+    try:
+        yield
+    except BaseException:
+        if created and not study.get_trials(deepcopy=False):
+            with contextlib.suppress(KeyError):
+                study._storage.delete_study(study._study_id)
+        raise
+
+
+def _study_exists(storage, name: str) -> bool:
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _bind_study(study: optuna.Study, spec, stores: Stores, study_file) -> str:
+    """Check the study's directions, bind it to its dataset and fold plan; the dataset's ref."""
     from tlsearch.data import HostCache, ensure_dataset, fold_plan_for
 
-    storage = stores.study_storage()
-    directions = list(spec.directions)
-    if resume:
-        study = load(stores, name, spec)
-    else:
-        study = optuna.create_study(storage=storage, study_name=name, directions=directions,
-                                    sampler=spec.sampler, pruner=spec.pruner, load_if_exists=True)
+    storage, name, directions = study._storage, study.study_name, list(spec.directions)
     if [d.name.lower() for d in study.directions] != [str(d).lower() for d in directions]:
         raise TLSearchError(f"study {name!r} optimizes {[d.name.lower() for d in study.directions]}, "
                             f"but the study file says {directions}; use another --name")
@@ -157,52 +257,104 @@ def _open_study(spec, stores: Stores, name: str, study_file, resume: bool) -> tu
         study_files.remember(stores, name, study_file)  # what resume/refit run; the store's copy is a hint
         storage.set_study_system_attr(study._study_id, ATTR_STUDY_FILE, str(Path(study_file).resolve()))
     storage.set_study_system_attr(study._study_id, ATTR_STOP, False)
-    return study, dataset_ref
+    return dataset_ref
 
 
-@contextlib.contextmanager
-def _driver_lock(stores: Stores, name: str):
-    """On the embedded default, one driver per study: then every RUNNING trial at start is abandoned.
-    (MongoDB studies may have several drivers; heartbeats tell which trials are abandoned.)"""
-    if not stores.is_local:
-        yield
-        return
-    path = stores.home / "locks" / f"{name.replace('/', '_')}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(path)
-    try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        raise StudyBusyError(f"study {name!r} is already running in another process on this host") from None
-    try:
-        yield
-    finally:
-        lock.release()
+class _DriverLock:
+    """Which drivers of a study are alive on this host (the embedded default has no heartbeats).
+
+    Every live driver holds a shared `flock` on the study's lock file. One that gets it exclusively at
+    start is alone: every RUNNING trial was left by a dead driver. It keeps the lock exclusive while it
+    fails them (no other driver starts a trial meanwhile), then shares it. MongoDB studies use heartbeats.
+    """
+
+    def __init__(self, stores: Stores, name: str) -> None:
+        self.alone = False
+        self._fd = None
+        if stores.is_local and fcntl is not None:
+            path = stores.home / "locks" / f"{name.replace('/', '_')}.lock"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def __enter__(self) -> _DriverLock:
+        if self._fd is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.alone = True
+            except BlockingIOError:
+                fcntl.flock(self._fd, fcntl.LOCK_SH)
+        return self
+
+    def share(self) -> None:
+        """Let other drivers join (a no-op unless this one was alone)."""
+        if self._fd is not None and self.alone:
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the file releases its flock
 
 
-def _fail_abandoned_trials(study: optuna.Study, spec) -> None:
-    """Fail trials left RUNNING by a driver that died, and queue their retries."""
+def _fail_abandoned_trials(study: optuna.Study, spec, all_running: bool = False) -> int:
+    """Fail trials left RUNNING by a driver that died (stale heartbeats; every RUNNING trial when
+    `all_running`), and queue their retries; how many there were."""
     storage = study._storage
-    if _heartbeat_interval(storage):
-        abandoned = storage._get_stale_trial_ids(study._study_id)
-    else:  # the embedded default: we hold the study's lock, so nothing else is running it
+    if all_running:
         abandoned = [t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    elif _heartbeat_interval(storage):
+        abandoned = storage._get_stale_trial_ids(study._study_id)
+    else:
+        return 0
     for trial_id in abandoned:
-        _fail_and_retry(study, trial_id, {"error_type": "DriverLost",
-                                          "error_message": "the driver running this trial stopped"}, spec.retries)
+        number = storage.get_trial_number_from_id(trial_id)
+        if _fail_and_retry(study, trial_id, {"error_type": "DriverLost",
+                                             "error_message": "the driver running this trial stopped"}, spec.retries):
+            log.warning("trial %d FAIL: DriverLost (its driver stopped); retry queued", number)
+    return len(abandoned)
 
 
-def _fail_and_retry(study: optuna.Study, trial_id: int, error: dict, retries: int) -> None:
-    """Record why the trial failed, fail it (unless someone finished it first) and queue its retry."""
+def _fail_and_retry(study: optuna.Study, trial_id: int, error: dict, retries: int) -> bool:
+    """Record why the trial failed, fail it (unless someone finished it first), give back its trial slot
+    and queue its retry; whether this call failed it."""
     storage = study._storage
     with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
         storage.set_trial_user_attrs(trial_id, error)
     try:
         if not storage.set_trial_state_values(trial_id, TrialState.FAIL):
-            return
+            return False
     except optuna.exceptions.UpdateFinishedTrialError:
-        return  # someone else finished or failed it first
+        return False  # someone else finished or failed it first
+    TrialSlots(storage, study._study_id).release()
     _queue_retry(study, storage.get_trial(trial_id), retries)
+    return True
+
+
+def _count_done(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=_DONE))
+
+
+class _Interrupts:
+    """Ctrl-C and SIGTERM while a driver runs: counted, not raised, so that no store write is cut in half.
+    (Only the main thread can catch signals; elsewhere Ctrl-C stays a KeyboardInterrupt.)"""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.count = 0
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._caught)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _caught(self, signum, frame) -> None:
+        self.signum = self.signum or signum
+        self.count += 1
 
 
 def _queue_retry(study: optuna.Study, failed: optuna.trial.FrozenTrial, retries: int) -> None:
@@ -221,25 +373,32 @@ def _queue_retry(study: optuna.Study, failed: optuna.trial.FrozenTrial, retries:
 class _Dispatcher:
     """Keeps up to `parallelism` trials in flight until the budget is spent."""
 
-    def __init__(self, study, spec, stores, dataset_ref, client, parallelism, n_trials, timeout, progress):
+    def __init__(self, study, spec, stores, dataset_ref, client, parallelism, n_trials, timeout, progress, interrupts):
         self.study, self.spec, self.stores, self.client = study, spec, stores, client
         self.dataset_ref = dataset_ref
         attrs = system_attrs(study)
         self.dataset_hash, self.fold_plan_hash = attrs[ATTR_DATASET_HASH], attrs[ATTR_FOLD_PLAN]
-        self.n_trials, self.timeout = n_trials, timeout
+        self.n_trials, self.timeout, self.interrupts = n_trials, timeout, interrupts
         self.parallelism = parallelism or max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
         self.running: dict[distributed.Future, tuple[int, int]] = {}  # future -> (trial_id, number)
         self.resources = cluster.trial_resources(client)
-        self.stopping = False
+        self.slots = TrialSlots(study._storage, study._study_id)
+        self.stop_reason: str | None = None  # why the driver stopped starting trials, once it has
+        self.end_detail = ""
         self.failed_in_a_row = 0
         self.last_error = ""
-        self.progress = Progress(n_trials, self._count_done(), progress)
+        self.progress = Progress(n_trials, Counter(t.state.name for t in study.get_trials(deepcopy=False)), progress)
         self._heartbeat_stop = threading.Event()
         # Results are fetched from the workers in the background as trials finish, not one by one here.
         self._finished = distributed.as_completed(with_results=True, raise_errors=False)
         self._untold: list[tuple[int, int, TrialOutcome]] = []  # collected, not yet told to the study
 
-    def run(self) -> None:
+    @property
+    def stopping(self) -> bool:
+        return self.stop_reason is not None
+
+    def run(self) -> tuple[str, str]:
+        """Dispatch until the budget is spent or the run is stopped; (why it ended, detail)."""
         client = self.client
         client.register_plugin(cluster.DatasetPrefetch(self.stores, self.dataset_ref))
         self.spec_future = client.scatter(pack_spec(self.spec), broadcast=True)
@@ -248,34 +407,55 @@ class _Dispatcher:
                            f"{self.parallelism} trials at a time" + (f"; Dask dashboard: {link}" if link else ""))
         heartbeat = threading.Thread(target=self._heartbeat, name="tlsearch-heartbeat", daemon=True)
         heartbeat.start()
-        started = time.monotonic()
-        interrupted = False
+        started = next_stale_check = time.monotonic()
         try:
-            while True:
-                try:
-                    if not self.stopping:
-                        self._check_stop(started)
-                    self._fill()
-                    if not self.running:
+            while self.interrupts.count < 2:
+                if not self.stopping:
+                    self._check_stop(started)
+                if time.monotonic() >= next_stale_check:  # a driver that died elsewhere: run its trials' retries
+                    next_stale_check = time.monotonic() + self._check_stale()
+                self._fill()
+                if not self.running:
+                    if self.stopping or not self._running_elsewhere():
                         break
-                    # The finished futures are released only once their replacements are submitted: a release
-                    # is a message to the scheduler, and Dask sends a client's messages at most every 10 ms.
-                    done = self._next_finished(timeout=1.0)
-                    self._settle(done)
-                    del done
-                    self.progress.update(len(self.running), self._best())
-                except KeyboardInterrupt:
-                    if interrupted:
-                        self._abandon_running("interrupted (Ctrl-C)")
-                        break
-                    interrupted = self.stopping = True
-                    self.progress.note(f"stopping: waiting for {len(self.running)} running trial(s); "
-                                       "Ctrl-C again to fail them now")
+                    time.sleep(0.5)  # the budget is taken by other drivers' trials: one may fail and free a slot
+                    continue
+                # The finished futures are released only once their replacements are submitted: a release
+                # is a message to the scheduler, and Dask sends a client's messages at most every 10 ms.
+                done = self._next_finished(timeout=1.0)
+                self._settle(done)
+                del done
+                self.progress.update(len(self.running), self._best())
         finally:
             self._heartbeat_stop.set()
             if self.running:
-                self._abandon_running("the driver stopped")
+                self._abandon_running("interrupted by a second Ctrl-C" if self.interrupts.count >= 2
+                                      else "the driver stopped")
             self.progress.close()
+        return self._end()
+
+    def _end(self) -> tuple[str, str]:
+        counts = Counter(t.state for t in self.study.get_trials(deepcopy=False))
+        finished = f"{counts[TrialState.COMPLETE] + counts[TrialState.PRUNED]}" + (
+            f"/{self.n_trials}" if self.n_trials else "") + " trials finished"
+        detail = finished + (f"; {self.end_detail}" if self.end_detail else "")
+        if self.stop_reason in (INTERRUPTED, TERMINATED, STOP_REQUESTED, CONSECUTIVE_FAILURES):
+            return self.stop_reason, detail
+        if not counts[TrialState.COMPLETE]:
+            return NO_COMPLETE_TRIAL, f"{detail}, {counts[TrialState.FAIL]} failed" + (
+                f"; last: {self.last_error}" if self.last_error else "")
+        return self.stop_reason or BUDGET_REACHED, detail
+
+    def _check_stale(self) -> float:
+        """Fail the trials of dead drivers; seconds until the next check (the heartbeat interval)."""
+        interval = _heartbeat_interval(self.study._storage)
+        if not interval:
+            return math.inf
+        _fail_abandoned_trials(self.study, self.spec)
+        return interval
+
+    def _running_elsewhere(self) -> bool:
+        return bool(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
     def _settle(self, done: list[tuple[distributed.Future, object]]) -> None:
         """Record finished trials and refill their slots. Failures are recorded first, so that a retry they
@@ -293,29 +473,38 @@ class _Dispatcher:
                 self._record(*item)
 
     def _fill(self) -> None:
-        """Submit trials until the slots are full or the budget is (about to be) spent."""
+        """Submit trials until the slots are full or the budget's trial slots are all taken."""
         if self.stopping:
             return
-        wanted = self.parallelism - len(self.running)
-        if wanted > 0 and self.n_trials is not None:  # the done count is a read of the study: only when needed
-            untold_done = sum(outcome.state in _DONE for _, _, outcome in self._untold)
-            wanted = min(wanted, self.n_trials - self._count_done() - untold_done - len(self.running))
-        for _ in range(wanted):
-            self._submit()
+        for _ in range(self.parallelism - len(self.running)):
+            if not self.slots.claim(self.n_trials or sys.maxsize, self._claimed):
+                return
+            try:
+                self._submit()
+            except BaseException:
+                self.slots.release()
+                raise
 
-    def _count_done(self) -> int:
-        return len(self.study.get_trials(deepcopy=False, states=_DONE))
+    def _claimed(self) -> int:
+        """Trial slots in use when a study's counter starts: its finished and running trials."""
+        return len(self.study.get_trials(deepcopy=False, states=(*_DONE, TrialState.RUNNING)))
 
     def _check_stop(self, started: float) -> None:
-        if self.timeout is not None and time.monotonic() - started >= self.timeout:
-            self.stopping = True
-            self.progress.note(f"timeout of {self.timeout:g} s reached: finishing running trials")
+        if self.interrupts.count:
+            reason = INTERRUPTED if self.interrupts.signum == signal.SIGINT else TERMINATED
+            self._stop(reason, f"waiting for {len(self.running)} running trial(s)"
+                       + ("; Ctrl-C again to fail them now" if reason == INTERRUPTED else ""))
+        elif self.timeout is not None and time.monotonic() - started >= self.timeout:
+            self._stop(TIMEOUT_REACHED, f"{self.timeout:g} s: finishing running trials")
         elif system_attrs(self.study).get(ATTR_STOP):
-            self.stopping = True
-            self.progress.note("stop requested: finishing running trials")
+            self._stop(STOP_REQUESTED, "finishing running trials")
         elif self.failed_in_a_row >= max(10, 2 * self.parallelism):
-            self.stopping = True
-            self.progress.note(f"stopping: {self.failed_in_a_row} trials failed in a row; last: {self.last_error}")
+            self.end_detail = f"last: {self.last_error}"
+            self._stop(CONSECUTIVE_FAILURES, f"{self.failed_in_a_row} in a row; {self.end_detail}")
+
+    def _stop(self, reason: str, detail: str) -> None:
+        self.stop_reason = reason
+        self.progress.note(f"stopping: {reason}; {detail}")
 
     def _submit(self) -> None:
         with warnings.catch_warnings():
@@ -355,6 +544,7 @@ class _Dispatcher:
             self.failed_in_a_row += 1
             self.last_error = f"{outcome.error.get('error_type')}: {outcome.error.get('error_message')}"
             _fail_and_retry(self.study, trial_id, outcome.error, self.spec.retries if outcome.retryable else 0)
+            self.progress.running = len(self.running)
             self.progress.finished(number, TrialState.FAIL, None, self.last_error)
             return
         self.failed_in_a_row = 0
@@ -362,14 +552,19 @@ class _Dispatcher:
         value = outcome.values[0] if outcome.values else None
         if outcome.state == TrialState.COMPLETE:
             self.progress.best = self._best()  # the line printed for this trial counts it
+        self.progress.running = len(self.running)
         self.progress.finished(number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}")
 
     def _abandon_running(self, reason: str) -> None:
-        for future, (trial_id, number) in list(self.running.items()):
+        """Fail the running trials as `Interrupted`, one line each; their retries wait for the next resume."""
+        self.end_detail = f"{len(self.running)} running trial(s) failed as Interrupted, retries queued"
+        running, self.running = self.running, {}
+        for left, (future, (trial_id, number)) in enumerate(running.items(), 1):
             future.cancel()
-            _fail_and_retry(self.study, trial_id, {"error_type": "Interrupted", "error_message": reason}, 0)
-            self.progress.finished(number, TrialState.FAIL, None, reason)
-        self.running.clear()
+            _fail_and_retry(self.study, trial_id, {"error_type": "Interrupted", "error_message": reason},
+                            self.spec.retries)
+            self.progress.running = len(running) - left
+            self.progress.finished(number, TrialState.FAIL, None, f"Interrupted: {reason}")
 
     def _best(self) -> float | None:
         if len(self.study.directions) > 1:

@@ -3,6 +3,7 @@
 Each module exposes `register(subparsers, parent)`, which adds its parser (with `parents=[parent]` for the
 common options) and sets `func(args) -> int | None`.
 Errors a user can fix (`TLSearchError`, bad input) print one line and exit 1; `--debug` shows the traceback.
+`run` and `resume` exit with the codes of `tlsearch.runner.EXIT_CODES` (README: "Faults, stopping and resuming").
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ def common_options() -> argparse.ArgumentParser:
     parser.add_argument("--home", metavar="DIR", default=None,
                         help="folder of the embedded default (default: $TLSEARCH_HOME, else ./.tlsearch)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument("-v", "--verbose", action="store_true",
+                          help="more output: debug logs, Optuna's and TensorFlow's start-up logs")
+    loudness.add_argument("-q", "--quiet", action="store_true", help="only warnings, errors and results")
     return parser
 
 
@@ -70,11 +75,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def setup_logging(args) -> None:
+    """tlsearch's logs on stderr: INFO by default, WARNING with -q, DEBUG with -v or --debug. Optuna's info
+    logs and TensorFlow's start-up logs (inherited by worker processes) only with -v."""
+    import optuna
+
+    verbose = args.verbose or args.debug
+    if not verbose:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "3")
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    optuna.logging.set_verbosity(logging.INFO if verbose else logging.WARNING)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s" if verbose else "tlsearch: %(message)s"))
+    logger = logging.getLogger("tlsearch")
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG if verbose else logging.WARNING if args.quiet else logging.INFO)
+    if args.debug:
+        logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
+
+
 def main(argv: list[str] | None = None) -> int:
-    # TensorFlow's C++ start-up chatter (inherited by worker processes) buries the progress output.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(args)
     try:
         args.mongo = config.mongo_uri(args.mongo)  # reads the config file, which may be invalid
         args.home = config.home(args.home)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from tlsearch import config
 from tlsearch.cli import security_of, stores_of, tls_options
 from tlsearch.errors import TLSearchError
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers, parent) -> None:
@@ -74,20 +77,26 @@ def _resume(args) -> int:
 
 
 def _drive(args, spec, name: str, study_file, resume: bool) -> int:
+    """Run the study, print its best trial, write the report; the exit code says why the run ended."""
     from tlsearch import results, runner
 
     stores = stores_of(args)
-    study = runner.run(spec, stores=stores, scheduler=config.scheduler(args.scheduler), n_workers=args.workers,
-                       parallelism=args.parallelism, n_trials=args.n_trials, timeout=args.timeout, name=name,
-                       study_file=study_file, progress=args.progress, resume=resume, security=security_of(args))
-    print(results.best_summary(study))
+    result = runner.drive(spec, stores=stores, scheduler=config.scheduler(args.scheduler), n_workers=args.workers,
+                          parallelism=args.parallelism, n_trials=args.n_trials, timeout=args.timeout, name=name,
+                          study_file=study_file, progress="off" if args.quiet else args.progress, resume=resume,
+                          security=security_of(args))
+    if result.reason == runner.NOTHING_TO_DO:
+        log.info("nothing to do: %s", result.detail)
+        return result.exit_code
+    print(results.best_summary(result.study))
     if not args.no_report:
         from tlsearch.report import write_report
 
         path = Path(args.report) if args.report else stores.home / "reports" / f"{name}.html"
         path.parent.mkdir(parents=True, exist_ok=True)
-        print(f"report: {write_report(study, path)}")
-    return 0
+        print(f"report: {write_report(result.study, path)}")
+    (log.info if result.exit_code == 0 else log.warning)("%s", result.summary())
+    return result.exit_code
 
 
 def _stop(args) -> int:

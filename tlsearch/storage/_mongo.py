@@ -44,6 +44,7 @@ STUDIES = "studies"
 TRIALS = "trials"
 COUNTERS = "counters"
 _STUDY_ID_COUNTER = "study_id"
+_SLOTS = "trial_slots"  # taken trial slots of a study with a budget (tlsearch drivers)
 _CODEC_OPTIONS = CodecOptions(tz_aware=True, tzinfo=timezone.utc)
 _HOST = socket.gethostname()
 
@@ -118,6 +119,7 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
         self._db: _Collections | None = None
         self._lock = threading.RLock()
         self._studies: dict[int, StudyCache] = {}
+        self._slot_counters: set[int] = set()  # studies whose trial-slot counter this process knows exists
         self._just_written = threading.local()  # see _remember_written
 
     # Pickling: the URI and the settings travel, the connection and the cache do not.
@@ -602,6 +604,24 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
                 return
             _, window = cache.ids_to_refresh()  # a full window: more new trials may follow
             ids = list(window)
+
+    # The exact budget of tlsearch's drivers: a counter of trial slots on the study document
+
+    def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> bool:
+        """Take one of `limit` trial slots of the study; False when all are taken. A study without a counter
+        starts at `claimed()` (its finished and running trials). A conditional `$inc` on one document: atomic."""
+        if study_id not in self._slot_counters:
+            self._retrying(lambda c: c.studies.update_one(
+                {"_id": study_id, _SLOTS: {"$exists": False}}, {"$set": {_SLOTS: claimed()}}))
+            self._slot_counters.add(study_id)
+        result = self._retrying(lambda c: c.studies.update_one(
+            {"_id": study_id, _SLOTS: {"$lt": limit}}, {"$inc": {_SLOTS: 1}}))
+        return result.modified_count == 1
+
+    def release_trial_slot(self, study_id: int) -> None:
+        """Give back a slot taken by `claim_trial_slot` (its trial failed)."""
+        self._retrying(lambda c: c.studies.update_one(
+            {"_id": study_id, _SLOTS: {"$gt": 0}}, {"$inc": {_SLOTS: -1}}))
 
     # Heartbeats (on the server's clock)
 

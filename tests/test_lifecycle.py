@@ -1,0 +1,227 @@
+"""A run as a person or a script experiences it: Ctrl-C and SIGTERM to the whole process group, exit codes,
+several drivers on one study (exact budgets, a driver killed), the main-guard error, bad budget options.
+
+Drivers run as real processes (`tlsearch run`, or a script calling `tlsearch.run`) in their own session, on
+real LocalClusters and the real MongoDB test server; trials are tiny CustomLoop functions on iris.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from optuna.trial import TrialState
+
+from tlsearch import cli, runner
+from tlsearch.errors import TLSearchError
+from tlsearch.stores import Stores
+from tests.test_runner import _kill_group, _wait_for_complete, count, write_study
+
+pytestmark = pytest.mark.timeout(400)
+
+# A script as a user writes it: tlsearch.run under the main guard (or not, with GUARD="").
+DRIVER_SCRIPT = '''
+import sys
+from pathlib import Path
+import tlsearch
+from tlsearch.stores import Stores
+from tlsearch.study import load_study_file
+
+def main():
+    study_file, home, mongo, database = sys.argv[1:5]
+    stores = Stores(mongo or None, database, Path(home), heartbeat_interval=1, grace_period=2)
+    tlsearch.run(load_study_file(study_file), stores=stores, n_workers=1, progress="log")
+
+{guard}
+    main()
+'''
+
+
+def _cli(tmp_path, study_file, *args):
+    command = [sys.executable, "-m", "tlsearch", "run", str(study_file), "--home", str(tmp_path / "home"),
+               "--workers", "2", "--progress", "log", "--no-report", *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _script(tmp_path, study_file, mongo="", database="tlsearch", guard='if __name__ == "__main__":'):
+    path = tmp_path / "drive.py"
+    path.write_text(DRIVER_SCRIPT.format(guard=guard or "if True:"))
+    command = [sys.executable, str(path), str(study_file), str(tmp_path / "home"), mongo, database]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, cwd=tmp_path)
+
+
+def _wait_for_running(load, process, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read()
+        with contextlib.suppress(TLSearchError):  # the study is not created yet
+            if count(load(), TrialState.RUNNING):
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"no trial running after {timeout} s")
+
+
+@pytest.mark.parametrize("signum, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_to_the_process_group_lets_running_trials_complete(tmp_path, signum, exit_code):
+    study_file = write_study(tmp_path, n_trials=20, sleep=0.5)
+    process = _cli(tmp_path, study_file)
+    stores = Stores(home=tmp_path / "home")
+    try:
+        _wait_for_complete(lambda: runner.load(stores, "engine"), 1, process)
+        _wait_for_running(lambda: runner.load(stores, "engine"), process)
+        running = [t.number for t in runner.load(stores, "engine").trials if t.state == TrialState.RUNNING]
+        os.killpg(process.pid, signum)  # as a terminal (or `timeout`) does: the driver and its workers
+        output, _ = process.communicate(timeout=120)
+    finally:
+        _kill_group(process)
+    assert process.returncode == exit_code, output
+    assert "Traceback" not in output, output
+    assert "run ended: " in output.splitlines()[-1], output
+    study = runner.load(stores, "engine")
+    assert count(study, TrialState.RUNNING) == 0
+    assert count(study, TrialState.FAIL) == 0, output  # the workers did not die of the signal
+    assert all(study.trials[number].state == TrialState.COMPLETE for number in running)
+
+
+def test_second_ctrl_c_fails_running_trials_as_interrupted_and_queues_retries(tmp_path):
+    study_file = write_study(tmp_path, n_trials=20, sleep=3)
+    process = _cli(tmp_path, study_file)
+    stores = Stores(home=tmp_path / "home")
+    try:
+        _wait_for_running(lambda: runner.load(stores, "engine"), process)
+        os.killpg(process.pid, signal.SIGINT)
+        time.sleep(1)
+        os.killpg(process.pid, signal.SIGINT)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        _kill_group(process)
+    assert process.returncode == 130, output
+    assert "Traceback" not in output, output
+    study = runner.load(stores, "engine")
+    interrupted = [t for t in study.trials if t.user_attrs.get("error_type") == "Interrupted"]
+    assert interrupted, output
+    assert all(t.state == TrialState.FAIL for t in interrupted)
+    assert sum(line.startswith("trial ") and "Interrupted" in line for line in output.splitlines()) == len(interrupted)
+    waiting = [t for t in study.trials if t.state == TrialState.WAITING]
+    assert sorted(t.system_attrs["failed_trial"] for t in waiting) == sorted(t.number for t in interrupted)
+    assert count(study, TrialState.RUNNING) == 0
+
+
+def test_a_study_whose_every_trial_fails_exits_non_zero(tmp_path, capsys):
+    study_file = write_study(tmp_path, n_trials=3, body='raise ValueError("always")')
+    code = cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1",
+                     "--progress", "off", "--no-report"])
+    assert code == runner.EXIT_CODES[runner.CONSECUTIVE_FAILURES]
+    assert "run ended: too many trials failed in a row" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("store", ["mongo", "local"])
+def test_four_drivers_finish_exactly_n_trials(tmp_path, store, request):
+    study_file = write_study(tmp_path, n_trials=12, sleep=0.1)
+    mongo, database = ("", "tlsearch")
+    if store == "mongo":
+        mongo, database = request.getfixturevalue("mongo_uri"), request.getfixturevalue("mongo_db_name")
+    drivers = [_script(tmp_path, study_file, mongo, database) for _ in range(4)]
+    try:
+        outputs = [driver.communicate(timeout=300)[0] for driver in drivers]
+    finally:
+        for driver in drivers:
+            _kill_group(driver)
+    for driver, output in zip(drivers, outputs):
+        assert driver.returncode == 0, output
+    study = runner.load(Stores(mongo or None, database, tmp_path / "home"), "engine")
+    assert count(study, TrialState.COMPLETE) + count(study, TrialState.PRUNED) == 12
+    assert count(study, TrialState.RUNNING) == count(study, TrialState.WAITING) == 0
+
+
+def test_a_killed_drivers_trials_are_failed_and_retried_by_a_live_one(tmp_path, mongo_uri, mongo_db_name):
+    study_file = write_study(tmp_path, n_trials=10, sleep=0.5)
+    stores = Stores(mongo_uri, mongo_db_name, tmp_path / "home")
+    doomed = _script(tmp_path, study_file, mongo_uri, mongo_db_name)
+    survivor = None
+    try:
+        _wait_for_complete(lambda: runner.load(stores, "engine"), 1, doomed)
+        survivor = _script(tmp_path, study_file, mongo_uri, mongo_db_name)
+        _wait_for_complete(lambda: runner.load(stores, "engine"), 3, survivor)
+        _wait_for_running(lambda: runner.load(stores, "engine"), doomed)
+        os.killpg(doomed.pid, signal.SIGKILL)
+        doomed.wait()
+        output, _ = survivor.communicate(timeout=300)
+    finally:
+        _kill_group(doomed)
+        if survivor is not None:
+            _kill_group(survivor)
+    assert survivor.returncode == 0, output
+    study = runner.load(stores, "engine")
+    lost = [t for t in study.trials if t.user_attrs.get("error_type") == "DriverLost"]
+    assert lost, output
+    retried = {t.system_attrs.get("failed_trial"): t.state for t in study.trials if "failed_trial" in t.system_attrs}
+    assert all(retried.get(t.number) == TrialState.COMPLETE for t in lost), retried
+    assert count(study, TrialState.COMPLETE) == 10
+    assert count(study, TrialState.RUNNING) == count(study, TrialState.WAITING) == 0
+
+
+def test_run_without_the_main_guard_says_to_add_it(tmp_path):
+    study_file = write_study(tmp_path, n_trials=2)
+    process = _script(tmp_path, study_file, guard="")
+    try:
+        output, _ = process.communicate(timeout=120)
+    finally:
+        _kill_group(process)
+    assert process.returncode != 0
+    lines = output.strip().splitlines()
+    # The worker process that imported the script says why in one line; the script's own call raises.
+    assert any(line.startswith("tlsearch: error: tlsearch.run was called while a worker process imported")
+               for line in lines), output
+    assert lines[-1].startswith("tlsearch.errors.TLSearchError") and 'if __name__ == "__main__":' in lines[-1]
+    assert output.count("Traceback") == 1, output  # the script's uncaught error, none from the workers
+    assert "already running" not in output, output
+
+
+@pytest.mark.parametrize("option, value, field", [("--n-trials", "0", "n_trials"), ("--n-trials", "-3", "n_trials"),
+                                                  ("--parallelism", "0", "parallelism"),
+                                                  ("--timeout", "0", "timeout"), ("--workers", "0", "n_workers")])
+def test_bad_budget_options_are_refused_before_a_study_exists(tmp_path, capsys, option, value, field):
+    study_file = write_study(tmp_path)
+    code = cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), option, value, "--no-report"])
+    assert code == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and field in error[0] and option in error[0], error
+    with pytest.raises(Exception, match="no study named"):
+        runner.load(Stores(home=tmp_path / "home"), "engine")
+
+
+def test_a_failed_start_leaves_no_empty_study(tmp_path, capsys):
+    study_file = write_study(tmp_path)
+    study_file.write_text(study_file.read_text().replace("sklearn:iris", "sklearn:no-such-dataset"))
+    assert cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--no-report"]) == 1
+    assert "no-such-dataset" in capsys.readouterr().err
+    with pytest.raises(Exception, match="no study named"):
+        runner.load(Stores(home=tmp_path / "home"), "engine")
+
+
+def test_a_finished_study_has_nothing_to_do(tmp_path, capsys):
+    study_file = write_study(tmp_path, n_trials=2)
+    args = ["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1", "--progress", "off"]
+    assert cli.main([*args, "--no-report"]) == 0
+    capsys.readouterr()
+    assert cli.main(args) == 0
+    captured = capsys.readouterr()
+    assert "nothing to do: 2/2 trials finished" in captured.err
+    assert "report:" not in captured.out and "dashboard" not in captured.err
+
+
+def test_tied_best_trials_print_one_and_say_how_many_tie(tmp_path, capsys):
+    study_file = write_study(tmp_path, n_trials=3, body="return 1.0")
+    assert cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1",
+                     "--progress", "off", "--no-report"]) == 0
+    out = capsys.readouterr().out
+    assert "3 trials tie for the best value" in out
+    assert out.count("best trial #") == 1 and "best trial #0:" in out, out
