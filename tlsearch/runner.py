@@ -439,6 +439,9 @@ class _Dispatcher:
         finished = f"{counts[TrialState.COMPLETE] + counts[TrialState.PRUNED]}" + (
             f"/{self.n_trials}" if self.n_trials else "") + " trials finished"
         detail = finished + (f"; {self.end_detail}" if self.end_detail else "")
+        if self.interrupts.count and self.stop_reason not in (INTERRUPTED, TERMINATED):
+            # both signals came while the driver waited for results, before _check_stop saw the first
+            self.stop_reason = INTERRUPTED if self.interrupts.signum == signal.SIGINT else TERMINATED
         if self.stop_reason in (INTERRUPTED, TERMINATED, STOP_REQUESTED, CONSECUTIVE_FAILURES):
             return self.stop_reason, detail
         if not counts[TrialState.COMPLETE]:
