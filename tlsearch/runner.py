@@ -151,6 +151,9 @@ def _open_study(spec, stores: Stores, name: str, study_file, resume: bool) -> tu
                 f"(dataset={attrs[ATTR_DATASET_REF]!r}) or start a new study with --name")
         store.get_fold_plan(attrs[ATTR_FOLD_PLAN]).check_matches(info, spec.cv)
         dataset_ref = attrs[ATTR_DATASET_REF]
+    with warnings.catch_warnings():  # experimental in Optuna 5; names the value in reports and the dashboard
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(list(spec.metric_names))
     if study_file is not None:
         storage.set_study_system_attr(study._study_id, ATTR_STUDY_FILE, str(Path(study_file).resolve()))
     storage.set_study_system_attr(study._study_id, ATTR_STOP, False)
@@ -353,6 +356,7 @@ class _Dispatcher:
             self.last_error = f"{outcome.error.get('error_type')}: {outcome.error.get('error_message')}"
             _fail_and_retry(self.study, trial_id, outcome.error, self.spec.retries if outcome.retryable else 0)
             self.progress.finished(number, TrialState.FAIL, None, self.last_error)
+            self.spec.run_callbacks(self.study, trial_id, self.progress.note)
             return
         self.failed_in_a_row = 0
         self.study.tell(number, outcome.values, state=outcome.state, skip_if_finished=True)
@@ -360,6 +364,7 @@ class _Dispatcher:
         if outcome.state == TrialState.COMPLETE:
             self.progress.best = self._best()  # the line printed for this trial counts it
         self.progress.finished(number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}")
+        self.spec.run_callbacks(self.study, trial_id, self.progress.note)
 
     def _abandon_running(self, reason: str) -> None:
         for future, (trial_id, number) in list(self.running.items()):
