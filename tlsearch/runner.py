@@ -356,7 +356,7 @@ class _Dispatcher:
             self.last_error = f"{outcome.error.get('error_type')}: {outcome.error.get('error_message')}"
             _fail_and_retry(self.study, trial_id, outcome.error, self.spec.retries if outcome.retryable else 0)
             self.progress.finished(number, TrialState.FAIL, None, self.last_error)
-            self.spec.run_callbacks(self.study, trial_id, self.progress.note)
+            self.spec.run_callbacks(self.study, trial_id)
             return
         self.failed_in_a_row = 0
         self.study.tell(number, outcome.values, state=outcome.state, skip_if_finished=True)
@@ -364,7 +364,7 @@ class _Dispatcher:
         if outcome.state == TrialState.COMPLETE:
             self.progress.best = self._best()  # the line printed for this trial counts it
         self.progress.finished(number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}")
-        self.spec.run_callbacks(self.study, trial_id, self.progress.note)
+        self.spec.run_callbacks(self.study, trial_id)
 
     def _abandon_running(self, reason: str) -> None:
         for future, (trial_id, number) in list(self.running.items()):

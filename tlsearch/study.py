@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib.util
+import logging
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,8 @@ import optuna
 
 from tlsearch import spaces
 from tlsearch.errors import TLSearchError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from tlsearch.models import Fold
@@ -210,9 +213,9 @@ class StudySpec:
     def is_multi_objective(self) -> bool:
         return len(self.directions) > 1
 
-    def run_callbacks(self, study: optuna.Study, trial_id: int, note: Callable[[str], None]) -> None:
+    def run_callbacks(self, study: optuna.Study, trial_id: int) -> None:
         """Call `callbacks` with the trial just recorded (its cv_results_ user attributes included), as
-        `Study.optimize` does; a callback that raises is reported through `note`, and the study goes on."""
+        `Study.optimize` does; a callback that raises is logged as a warning, and the study goes on."""
         if not self.callbacks:
             return
         trial = study._storage.get_trial(trial_id)
@@ -220,8 +223,8 @@ class StudySpec:
             try:
                 callback(study, trial)
             except Exception as error:  # noqa: BLE001 - a tracking server down must not stop the study
-                note(f"callback {getattr(callback, '__name__', type(callback).__name__)} failed on trial "
-                     f"{trial.number}: {type(error).__name__}: {error}")
+                log.warning("callback %s failed on trial %d: %s: %s", getattr(callback, "__name__", type(callback).__name__),
+                            trial.number, type(error).__name__, error)
 
     def check(self) -> None:
         """Fail before any worker starts if the space cannot be sampled (raises spaces.InvalidSpaceError)."""
