@@ -111,6 +111,9 @@ def test_results_api_json_and_parquet_give_the_same_table(mixed_study, capsys, t
     assert list(read.columns) == list(frame.columns)
     assert read["mean_test_score"].equals(frame["mean_test_score"])
 
+    pruned_only = tlsearch.results("mixed", home=home, states=(optuna.trial.TrialState.PRUNED,))
+    assert list(pruned_only.columns[:len(CV_COLUMNS)]) == CV_COLUMNS and set(pruned_only["state"]) == {"PRUNED"}
+
 
 def test_parquet_without_pyarrow_names_the_extra(mixed_study, capsys, monkeypatch, tmp_path):
     home, _ = mixed_study

@@ -68,16 +68,18 @@ def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = No
     """`study.trials_dataframe()` led by scikit-learn's cv_results_ columns, in this order: number,
     rank_test_score, mean/std_test_score, mean/std_fit_time, mean/std_score_time, split{k}_test_score,
     n_folds_run, value(s) (`value_{metric}` once the study names its metric), state, datetime_start, datetime_complete, duration, params_* (sorted), the
-    remaining user_attrs_* / system_attrs_*, error. The order depends only on the column names present.
+    remaining user_attrs_* / system_attrs_*, error. The columns depend only on the study, not on `states` or
+    on which trial has which parameter.
     Ranks count complete trials only (1 = best; ties share the best rank). A pruned trial has NaN for the
     folds it did not run and for its standard deviations (they cover only the folds run)."""
     import pandas as pd
 
-    trials = [t for t in study.get_trials(deepcopy=False) if states is None or t.state in states]
-    frame = study.trials_dataframe(multi_index=False) if trials else pd.DataFrame({"number": []})
+    every = study.get_trials(deepcopy=False)
+    trials = [t for t in every if states is None or t.state in states]
+    frame = study.trials_dataframe(multi_index=False) if every else pd.DataFrame({"number": []})
     frame = frame[frame["number"].isin([t.number for t in trials])].reset_index(drop=True)
     by_number = {t.number: t for t in trials}
-    n_folds = max((len(fold_scores(t)) for t in trials), default=0)
+    n_folds = max((len(fold_scores(t)) for t in every), default=0)  # the same columns whatever `states`
     cv = pd.DataFrame([_cv_columns(by_number[n], n_folds) for n in frame["number"]],
                       columns=[*_CV_COLUMNS[1:], *(f"split{k}_test_score" for k in range(n_folds)), "n_folds_run",
                                "error"])
