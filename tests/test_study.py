@@ -93,6 +93,8 @@ def test_multi_objective():
     ({"cv": "kfold"}, "scikit-learn splitter"),
     ({"sampler": "tpe"}, "Optuna sampler"),
     ({"metric": ["accuracy", "accuracy"], "direction": ["maximize", "maximize"]}, "distinct"),
+    ({"callbacks": [1]}, "StudySpec.callbacks must be a list of functions"),
+    ({"callbacks": print}, "StudySpec.callbacks must be a list of functions"),
 ])
 def test_bad_fields_fail_with_the_field_named(overrides, words):
     with pytest.raises(StudySpecError, match=words) as raised:
@@ -106,6 +108,8 @@ def test_bad_fields_fail_with_the_field_named(overrides, words):
     ({"early_stopping": 0}, "KerasModel.early_stopping"),
     ({"fit_kwargs": {"epochs": 3}}, "must not set"),
     ({"task": "ranking"}, "KerasModel.task"),
+    ({"fit_kwargs": {"callbacks": []}}, r"KerasModel.fit_kwargs must not set 'callbacks'.*KerasModel\(callbacks="),
+    ({"callbacks": [1]}, "KerasModel.callbacks must be a function"),
 ])
 def test_keras_model_validates(kwargs, words):
     fields = {"build": lambda *a: None} | kwargs

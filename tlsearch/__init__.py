@@ -24,6 +24,8 @@ _EXPORTS = {
     "load_study_file": "tlsearch.study",
     # running it
     "run": "tlsearch.runner",
+    # what it found
+    "results": "tlsearch.results",
     # the best model
     "load_model": "tlsearch.refit",
 }
@@ -34,6 +36,8 @@ __all__ = ["__version__", *_EXPORTS]
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module 'tlsearch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    module = importlib.import_module(_EXPORTS[name])
+    # `results` is a submodule and a function: the submodule, which calls the function when called.
+    value = module if module.__name__ == f"{__name__}.{name}" else getattr(module, name)
     globals()[name] = value
     return value

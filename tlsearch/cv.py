@@ -120,7 +120,7 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
     reports_fold_scores = isinstance(trial.study.pruner, optuna.pruners.WilcoxonPruner)
     kept: dict[str, np.ndarray] = {}
     for index, rows in enumerate(folds):
-        fold = read_fold(arrays, rows, index, derive_seed(spec.seed, spec.name, trial.number, index))
+        fold = read_fold(arrays, rows, index, derive_seed(spec.seed, spec.name, trial.number, index), trial.number)
         result = trainer.run(params, fold)
         recorder.add(index, result)
         if result.predictions is not None:
@@ -153,7 +153,8 @@ def _keep_predictions(trial: optuna.Trial, artifact_store: Any, kept: dict[str, 
         optuna.artifacts.upload_artifact(artifact_store=artifact_store, file_path=str(path), study_or_trial=trial)
 
 
-def read_fold(arrays: Mapping[str, np.ndarray], rows: Any, index: int, seed: int) -> Fold:
+def read_fold(arrays: Mapping[str, np.ndarray], rows: Any, index: int, seed: int,
+              trial_number: int | None = None) -> Fold:
     """One fold's arrays. `rows` is either a (train_idx, valid_idx) pair, whose rows are copied out of the
     (memory-mapped) `arrays` in index order, as scikit-learn's cross_validate does; or a host-cache fold
     (`tlsearch.data.Fold`) whose `train` / `validation` arrays are read-only views, used without a copy."""
@@ -164,7 +165,7 @@ def read_fold(arrays: Mapping[str, np.ndarray], rows: Any, index: int, seed: int
         train = {name: np.asarray(arrays[name][train_idx]) for name in ("X", "y", "sample_weight") if name in arrays}
         valid = {name: np.asarray(arrays[name][valid_idx]) for name in ("X", "y")}
     return Fold(x_train=train["X"], y_train=train["y"], x_valid=valid["X"], y_valid=valid["y"], index=index,
-                seed=seed, sample_weight=train.get("sample_weight"))
+                seed=seed, sample_weight=train.get("sample_weight"), trial_number=trial_number)
 
 
 class _ResultRecorder:

@@ -1,8 +1,9 @@
-"""The study report: one self-contained HTML page that opens offline, and a PNG of each figure next to it.
+"""The study report: one self-contained HTML page that opens offline, and optionally a PNG of each figure.
 
-`write_report(study, path)` reads the study's trials once, draws Optuna's standard figures plus the per-fold
-views tlsearch adds (intermediate values by fold, fold-score spread of the top trials), and writes a page with
-plotly.js embedded once. The PNGs are drawn again with Matplotlib (Agg: no browser, no display needed).
+`write_report(study, path)` reads the study's trials once, draws Optuna's standard figures (timeline included)
+plus what tlsearch adds (failures by error type, pruned trials marked, intermediate values by fold, fold-score
+spread of the top trials), and writes a page with plotly.js embedded once; every figure fits the page width.
+PNGs (`png=True`) are drawn again with Matplotlib, the `png` extra (Agg: no browser, no display needed).
 Per-trial results are read from user attributes named like scikit-learn's `cv_results_`: `split{k}_test_score`,
 `mean_test_score`, `std_test_score`.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import importlib.util
 import math
 import re
 import threading
@@ -24,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import optuna
 from optuna.importance import BaseImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
+
+from tlsearch.errors import TLSearchError
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -54,9 +58,10 @@ class _Section:
     body_html: str = ""
     drawings: list[Callable[[], Any]] = field(default_factory=list)
     pngs: list[Path] = field(default_factory=list)
+    grid: bool = False  # small figures side by side, as many per row as the page width allows
 
 
-def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k: int = 10, png: bool = True) -> Path:
+def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k: int = 10, png: bool = False) -> Path:
     """Write the report of `study` to `path` (HTML, self-contained) and return `path`.
 
     With `png`, each section that has a figure is also drawn with Matplotlib as `<stem>-<section>.png` beside
@@ -66,9 +71,13 @@ def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k
     If the process has not chosen a Matplotlib backend yet, Agg is chosen; a backend already chosen (notebook,
     MPLBACKEND, a GUI) is kept. Figures are drawn with interactive mode off and closed once saved.
     `top_k` bounds the trials shown in the fold-score spread and in the table of top trials.
+    PNGs need Matplotlib: without it, `png=True` raises TLSearchError naming the extra to install.
     """
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
+    if png and importlib.util.find_spec("matplotlib") is None:
+        raise TLSearchError("PNG export needs Matplotlib: pip install 'tlsearch[png]' (or write the report "
+                            "without PNGs)")
     path = Path(path)
     trials = study.get_trials(deepcopy=False)
     sections = _sections(study, trials, top_k)
@@ -87,12 +96,15 @@ def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k
 
 def _sections(study: optuna.Study, trials: list[FrozenTrial], top_k: int) -> list[_Section]:
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    always = [_build(_failures_section, trials)] if any(t.state == TrialState.FAIL for t in trials) else []
+    always += [_build(_timeline_section, study)] if trials else []
     if not complete:
         # Pruned or running trials may already have per-fold intermediate values worth seeing.
-        return [_build(_intermediate_values_section, study, trials)] if _has_intermediate_values(trials) else []
+        has_values = _has_intermediate_values(trials)
+        return always + ([_build(_intermediate_values_section, study, trials)] if has_values else [])
     top = _top_trials(study, complete, top_k)
     builders: list[tuple[Callable[..., _Section], tuple[Any, ...]]] = [
-        (_pareto_section if _is_multi_objective(study) else _history_section, (study,)),
+        (_pareto_section if _is_multi_objective(study) else _history_section, (study, trials)),
         (_importances_section, (study, complete)),
         (_parallel_coordinates_section, (study, complete)),
         (_slice_section, (study, complete)),
@@ -100,7 +112,7 @@ def _sections(study: optuna.Study, trials: list[FrozenTrial], top_k: int) -> lis
         (_fold_spread_section, (study, top)),
         (_top_trials_section, (study, top)),
     ]
-    return [_build(builder, *args) for builder, args in builders]
+    return always + [_build(builder, *args) for builder, args in builders]
 
 
 def _build(builder: Callable[..., _Section], *args: Any) -> _Section:
@@ -111,13 +123,56 @@ def _build(builder: Callable[..., _Section], *args: Any) -> _Section:
         return _Section(slug, title, note=f"Could not be drawn: {type(error).__name__}: {error}")
 
 
-def _history_section(study: optuna.Study) -> _Section:
-    figure = optuna.visualization.plot_optimization_history(study)
+def _failures_section(trials: list[FrozenTrial]) -> _Section:
+    """One row per error type: how many trials failed with it, which, and the first one's message."""
+    by_type: dict[str, list[FrozenTrial]] = {}
+    for trial in trials:
+        if trial.state == TrialState.FAIL:
+            by_type.setdefault(str(trial.user_attrs.get("error_type", "unknown")), []).append(trial)
+    rows = []
+    for error_type, failed in sorted(by_type.items(), key=lambda item: (-len(item[1]), item[0])):
+        message = str(failed[0].user_attrs.get("error_message", "—")).strip().splitlines() or ["—"]
+        numbers = ", ".join(f"#{t.number}" for t in failed)
+        rows.append([error_type, str(len(failed)), numbers, message[0][:500]])
+    table = _table(["Error type", "Trials", "Trial numbers", "First message"], rows, "failures")
+    return _Section(*_SECTION_TITLES[_failures_section], body_html=table,
+                    note=f"{sum(len(f) for f in by_type.values())} failed trial(s).")
+
+
+def _timeline_section(study: optuna.Study) -> _Section:
+    figure = optuna.visualization.plot_timeline(study)
+    return _Section(*_SECTION_TITLES[_timeline_section], figures=[figure],
+                    drawings=[lambda: _mpl().plot_timeline(study)])
+
+
+def _history_section(study: optuna.Study, trials: list[FrozenTrial]) -> _Section:
+    figure = optuna.visualization.plot_optimization_history(study, target_name=_objective_names(study)[0])
+    _mark_pruned(figure, [(t.number, _last_value(t)) for t in _pruned(trials)])
     return _Section(*_SECTION_TITLES[_history_section], figures=[figure],
                     drawings=[lambda: _mpl().plot_optimization_history(study)])
 
 
-def _pareto_section(study: optuna.Study) -> _Section:
+def _pruned(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    return [t for t in trials if t.state == TrialState.PRUNED and t.intermediate_values]
+
+
+def _last_value(trial: FrozenTrial) -> float:
+    return trial.intermediate_values[max(trial.intermediate_values)]
+
+
+def _mark_pruned(figure: go.Figure, points: list[tuple[float, float]], label: str = "trial") -> None:
+    """Add the pruned trials to `figure` as red crosses at (x, y): their last reported value."""
+    import plotly.graph_objects as go
+
+    if not points:
+        return
+    xs, ys = zip(*points)
+    figure.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="Pruned (last reported value)",
+                                marker={"symbol": "x", "size": 9, "color": "#d62728"},
+                                hovertemplate=label + " %{x}: pruned at %{y}<extra></extra>"))
+
+
+def _pareto_section(study: optuna.Study, trials: list[FrozenTrial]) -> _Section:
     slug, title = _SECTION_TITLES[_pareto_section]
     if len(study.directions) > 3:
         return _Section(slug, title, note="Drawn for two or three objectives only.")
@@ -155,11 +210,15 @@ def _slice_section(study: optuna.Study, complete: list[FrozenTrial]) -> _Section
     slug, title = _SECTION_TITLES[_slice_section]
     if not any(t.params for t in complete):
         return _Section(slug, title, note="The complete trials have no parameters.")
-    figures = [optuna.visualization.plot_slice(study, target=target, target_name=name)
-               for target, name in _targets(study)]
+    # One small figure per parameter, laid out in a grid: Optuna's single figure grows 300 px per parameter.
+    names = sorted({name for t in complete for name in t.params})
+    figures = [optuna.visualization.plot_slice(study, params=[param], target=target, target_name=name)
+               .update_layout(title=f"{param}" + (f" ({name})" if _is_multi_objective(study) else ""),
+                              width=None, height=360, showlegend=False)
+               for target, name in _targets(study) for param in names]
     drawings = [lambda target=target, name=name: _mpl().plot_slice(study, target=target, target_name=name)
                 for target, name in _targets(study)]
-    return _Section(slug, title, figures=figures, drawings=drawings)
+    return _Section(slug, title, figures=figures, drawings=drawings, grid=True)
 
 
 def _intermediate_values_section(study: optuna.Study, trials: list[FrozenTrial]) -> _Section:
@@ -169,6 +228,7 @@ def _intermediate_values_section(study: optuna.Study, trials: list[FrozenTrial])
     figure = optuna.visualization.plot_intermediate_values(study)
     figure.update_layout(title=_INTERMEDIATE_TITLE, xaxis_title="Fold", yaxis_title="Intermediate value")
     figure.update_xaxes(tick0=0, dtick=1)
+    _mark_pruned(figure, [(max(t.intermediate_values), _last_value(t)) for t in _pruned(trials)], label="fold")
     return _Section(slug, title, figures=[figure], drawings=[lambda: _draw_intermediate_values(study)])
 
 
@@ -254,7 +314,16 @@ def _top_trials_section(study: optuna.Study, top: list[FrozenTrial]) -> _Section
     return _Section(slug, title, note=f"{_ranking(study)} Showing {len(top)}.", body_html=table)
 
 
+def _table(head: list[str], rows: list[list[str]], css_class: str) -> str:
+    """An HTML table of plain-text cells (escaped here)."""
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return (f'<table class="trials {css_class}"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+            + f"</tr></thead><tbody>{body}</tbody></table>")
+
+
 _SECTION_TITLES: dict[Callable[..., _Section], tuple[str, str]] = {
+    _failures_section: ("failures", "Failures"),
+    _timeline_section: ("timeline", "Timeline"),
     _history_section: ("history", "Optimisation history"),
     _pareto_section: ("pareto-front", "Pareto front"),
     _importances_section: ("importances", "Parameter importances"),
@@ -441,12 +510,17 @@ def _render_page(study: optuna.Study, trials: list[FrozenTrial], sections: list[
         parts.append(f'<section id="{section.slug}"><h2>{html.escape(section.title)}</h2>')
         if section.note:
             parts.append(f'<p class="note">{html.escape(section.note)}</p>')
+        if section.grid:
+            parts.append('<div class="grid">')
         for i, figure in enumerate(section.figures):
+            figure.update_layout(width=None, autosize=True)  # the page's width, never wider
             parts.append(figure.to_html(
                 full_html=False, include_plotlyjs=not plotlyjs_included, div_id=f"{section.slug}-{i + 1}",
                 default_height=f"{figure.layout.height or 560}px", config={"displaylogo": False, "responsive": True},
             ))
             plotlyjs_included = True
+        if section.grid:
+            parts.append("</div>")
         if section.pngs:
             links = " ".join(f'<a href="{html.escape(urllib.parse.quote(p.name))}">{html.escape(p.name)}</a>'
                              for p in section.pngs)
@@ -463,7 +537,9 @@ def _render_header(study: optuna.Study, trials: list[FrozenTrial]) -> str:
     counts = Counter(t.state for t in trials)
     states = ", ".join(f"{counts[s]} {word}" for s, word in _STATE_WORDS.items() if counts[s]) or "none"
     rows = [("Directions", directions), ("Trials", f"{len(trials)} ({states})"), ("Best", _best_summary(study, trials))]
-    for label, key in (("Dataset hash", "dataset_hash"), ("Fold plan hash", "fold_plan_hash")):
+    from tlsearch.runner import ATTR_DATASET_HASH, ATTR_FOLD_PLAN
+
+    for label, key in (("Dataset hash", ATTR_DATASET_HASH), ("Fold plan hash", ATTR_FOLD_PLAN)):
         value = _study_attr(study, key)
         rows.append((label, "—" if value is None else str(value)))
     cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
@@ -505,6 +581,8 @@ table { border-collapse: collapse; } th, td { padding: .3em .7em; text-align: le
 table.header th { color: #555; font-weight: normal; } table.header td { font-family: ui-monospace, monospace; }
 table.trials { font-size: .9em; } table.trials th { background: #f3f3f3; }
 table.trials td, table.trials th { border: 1px solid #ddd; } table.trials td { font-variant-numeric: tabular-nums; }
+div.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 0 1em; }
+table.failures td:last-child { font-family: ui-monospace, monospace; font-size: .9em; word-break: break-word; }
 nav ul { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: .4em 1.2em; }
 p.empty { font-size: 1.2em; } p.note, p.png, footer { color: #666; } footer { margin-top: 3em; font-size: .8em; }
 """

@@ -7,10 +7,14 @@ import io
 import json
 import math
 import re
+import sys
+import types
 from collections import Counter
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+
+from tlsearch.errors import TLSearchError
 
 _SPLIT = re.compile(r"^split(\d+)_test_score$")
 
@@ -43,6 +47,108 @@ def trial_row(trial: FrozenTrial) -> dict:
 
 def trial_rows(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list[dict]:
     return [trial_row(t) for t in study.get_trials(deepcopy=False, states=states)]
+
+
+# scikit-learn's cv_results_ order; the split columns go after these.
+_CV_COLUMNS = ("rank_test_score", "mean_test_score", "std_test_score", "mean_fit_time", "std_fit_time",
+               "mean_score_time", "std_score_time")
+_STD_OF_FOLDS = ("std_test_score", "std_fit_time", "std_score_time")
+
+
+def results(name: str, *, mongo: str | None = None, database: str = "tlsearch", home=None,
+            states: tuple[TrialState, ...] | None = None):
+    """The trials of study `name` as a pandas DataFrame, one row per trial (what `tlsearch trials` prints)."""
+    from tlsearch import runner
+    from tlsearch.stores import Stores
+
+    return trials_frame(runner.load(Stores.resolve(mongo, database, home), name), states)
+
+
+def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = None):
+    """`study.trials_dataframe()` led by scikit-learn's cv_results_ columns, in this order: number,
+    rank_test_score, mean/std_test_score, mean/std_fit_time, mean/std_score_time, split{k}_test_score,
+    n_folds_run, value(s) (`value_{metric}` once the study names its metric), state, datetime_start, datetime_complete, duration, params_* (sorted), the
+    remaining user_attrs_* / system_attrs_*, error. The columns depend only on the study, not on `states` or
+    on which trial has which parameter.
+    Ranks count complete trials only (1 = best; ties share the best rank). A pruned trial has NaN for the
+    folds it did not run and for its standard deviations (they cover only the folds run)."""
+    import pandas as pd
+
+    every = study.get_trials(deepcopy=False)
+    trials = [t for t in every if states is None or t.state in states]
+    frame = study.trials_dataframe(multi_index=False) if every else pd.DataFrame({"number": []})
+    frame = frame[frame["number"].isin([t.number for t in trials])].reset_index(drop=True)
+    by_number = {t.number: t for t in trials}
+    n_folds = max((len(fold_scores(t)) for t in every), default=0)  # the same columns whatever `states`
+    cv = pd.DataFrame([_cv_columns(by_number[n], n_folds) for n in frame["number"]],
+                      columns=[*_CV_COLUMNS[1:], *(f"split{k}_test_score" for k in range(n_folds)), "n_folds_run",
+                               "error"])
+    cv["n_folds_run"] = cv["n_folds_run"].astype("Int64")  # NaN for a trial that failed before a fold ended
+    frame = pd.concat([frame, cv], axis=1)
+    frame.insert(1, "rank_test_score", _ranks(study, frame))
+    frame = frame.drop(columns=[c for c in frame if c.startswith("user_attrs_") and c[11:] in cv.columns])
+    if not frame["error"].notna().any():
+        frame = frame.drop(columns="error")
+    first = ["number", *_CV_COLUMNS, *(f"split{k}_test_score" for k in range(n_folds)), "n_folds_run"]
+    values = _value_columns(frame)
+    times = [c for c in ("state", "datetime_start", "datetime_complete", "duration") if c in frame]
+    params = sorted(c for c in frame if c.startswith("params_"))
+    rest = sorted(c for c in frame if c not in {*first, *values, *times, *params, "error"})
+    order = [*first, *values, *times, *params, *rest, *(["error"] if "error" in frame else [])]
+    return frame[order]
+
+
+def _cv_columns(trial: FrozenTrial, n_folds: int) -> list:
+    attrs = trial.user_attrs
+    pruned = trial.state == TrialState.PRUNED
+    row = [math.nan if pruned and key in _STD_OF_FOLDS else attrs.get(key, math.nan) for key in _CV_COLUMNS[1:]]
+    row += [attrs.get(f"split{k}_test_score", math.nan) for k in range(n_folds)]
+    row.append(attrs.get("n_folds_run", len(fold_scores(trial)) or math.nan))
+    failed = trial.state == TrialState.FAIL and "error_type" in attrs
+    row.append(f"{attrs['error_type']}: {attrs.get('error_message', '')}" if failed else None)
+    return row
+
+
+def _value_columns(frame) -> list[str]:
+    """Optuna's value column(s), in objective order: value or values_{i}; value_{metric} or values_{metric}
+    once the study names its metrics."""
+    return [c for c in frame if c == "value" or c.startswith(("value_", "values_"))]
+
+
+def _ranks(study: optuna.Study, frame):
+    """rank_test_score: the complete trials ranked by the (first) objective, best first; others NaN."""
+    complete = frame["state"] == TrialState.COMPLETE.name
+    value = frame[_value_columns(frame)[0]].where(complete)
+    ascending = study.directions[0] == optuna.study.StudyDirection.MINIMIZE
+    return value.rank(method="min", ascending=ascending).astype("Int64")
+
+
+def format_frame(frame, fmt: str = "table", path=None) -> str | None:
+    """A trials DataFrame as text (table, CSV, JSON records), or written to `path` as Parquet."""
+    if fmt == "parquet":
+        require_pyarrow()
+        frame.to_parquet(path, index=False)
+        return None
+    if fmt == "csv":
+        return frame.to_csv(index=False)
+    if fmt == "json":
+        return frame.to_json(orient="records", date_format="iso", indent=2)
+    return format_rows([{k: (None if _missing(v) else v) for k, v in row.items()}
+                        for row in frame.to_dict("records")])
+
+
+def require_pyarrow() -> None:
+    """Raise a TLSearchError naming the extra unless pyarrow (Parquet) is installed."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise TLSearchError("--format parquet needs pyarrow: pip install 'tlsearch[parquet]'") from None
+
+
+def _missing(value) -> bool:
+    import pandas as pd
+
+    return not isinstance(value, (list, dict, tuple)) and bool(pd.isna(value))
 
 
 def format_rows(rows: list[dict], fmt: str = "table") -> str:
@@ -124,3 +230,14 @@ def _text(value) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
+
+
+class _CallableModule(types.ModuleType):
+    """`tlsearch.results(name)` is the public function, but importing this module (the CLI does) makes the
+    package attribute `tlsearch.results` this module: calling the module calls the function."""
+
+    def __call__(self, *args, **kwargs):
+        return results(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -253,6 +253,9 @@ def _bind_study(study: optuna.Study, spec, stores: Stores, study_file) -> str:
                 f"(dataset={attrs[ATTR_DATASET_REF]!r}) or start a new study with --name")
         store.get_fold_plan(attrs[ATTR_FOLD_PLAN]).check_matches(info, spec.cv)
         dataset_ref = attrs[ATTR_DATASET_REF]
+    with warnings.catch_warnings():  # experimental in Optuna 5; names the value in reports and the dashboard
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(list(spec.metric_names))
     if study_file is not None:
         study_files.remember(stores, name, study_file)  # what resume/refit run; the store's copy is a hint
         storage.set_study_system_attr(study._study_id, ATTR_STUDY_FILE, str(Path(study_file).resolve()))
@@ -549,6 +552,7 @@ class _Dispatcher:
             _fail_and_retry(self.study, trial_id, outcome.error, self.spec.retries if outcome.retryable else 0)
             self.progress.running = len(self.running)
             self.progress.finished(number, TrialState.FAIL, None, self.last_error)
+            self.spec.run_callbacks(self.study, trial_id)
             return
         self.failed_in_a_row = 0
         self.study.tell(number, outcome.values, state=outcome.state, skip_if_finished=True)
@@ -557,6 +561,7 @@ class _Dispatcher:
             self.progress.best = self._best()  # the line printed for this trial counts it
         self.progress.running = len(self.running)
         self.progress.finished(number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}")
+        self.spec.run_callbacks(self.study, trial_id)
 
     def _abandon_running(self, reason: str) -> None:
         """Fail the running trials as `Interrupted`, one line each; their retries wait for the next resume."""

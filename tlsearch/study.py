@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib.util
+import logging
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,8 @@ import optuna
 
 from tlsearch import spaces
 from tlsearch.errors import TLSearchError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from tlsearch.models import Fold
@@ -57,7 +60,9 @@ class KerasModel:
     "classification" or "regression" instead of inferring it from y. `early_stopping` is a patience in
     epochs: it watches val_loss on `early_stopping_fraction` of the fold's training rows (never on the
     fold's validation rows, so the CV score stays honest) and restores the best weights.
-    `fit_kwargs` go to `model.fit` unchanged (e.g. class_weight).
+    `fit_kwargs` go to `model.fit` unchanged (e.g. class_weight). `callbacks` is a function
+    `(trial_number, fold_index) -> list of keras.callbacks.Callback`, called for each fold (callbacks hold
+    state: return new ones each time); they run after tlsearch's own (NaN guard, early stopping).
     """
 
     build: Callable[..., Any]
@@ -67,6 +72,7 @@ class KerasModel:
     early_stopping_fraction: float = 0.1
     fit_kwargs: dict = field(default_factory=dict)
     task: str | None = None
+    callbacks: Callable[[int, int], Sequence[Any]] | None = None
 
     def __post_init__(self) -> None:
         _require(callable(self.build), "KerasModel.build",
@@ -84,6 +90,11 @@ class KerasModel:
         _require(isinstance(self.fit_kwargs, Mapping), "KerasModel.fit_kwargs", "must be a dict")
         reserved = {"x", "y", "epochs", "batch_size", "validation_data", "sample_weight"} & set(self.fit_kwargs)
         _require(not reserved, "KerasModel.fit_kwargs", f"must not set {sorted(reserved)}: tlsearch sets them per fold")
+        _require("callbacks" not in self.fit_kwargs, "KerasModel.fit_kwargs",
+                 "must not set 'callbacks' (they would be shared by every fold): pass "
+                 "KerasModel(callbacks=lambda trial_number, fold_index: [...]) to get fresh ones per fold")
+        _require(self.callbacks is None or callable(self.callbacks), "KerasModel.callbacks",
+                 f"must be a function (trial_number, fold_index) -> list of Keras callbacks, got {self.callbacks!r}")
         _require(self.task in (None, "classification", "regression"), "KerasModel.task",
                  f"must be 'classification', 'regression' or None, got {self.task!r}")
 
@@ -144,6 +155,7 @@ class StudySpec:
     return_train_score: bool = False
     holdout: float | None = None
     keep_predictions: bool = False
+    callbacks: Sequence[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] = ()
     metrics: tuple = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -165,6 +177,10 @@ class StudySpec:
                  f"must be a number of seconds > 0 or None, got {self.timeout!r}")
         _require(isinstance(self.return_train_score, bool), "StudySpec.return_train_score", "must be True or False")
         _require(isinstance(self.keep_predictions, bool), "StudySpec.keep_predictions", "must be True or False")
+        _require(isinstance(self.callbacks, Sequence) and all(callable(c) for c in self.callbacks),
+                 "StudySpec.callbacks",
+                 f"must be a list of functions (study, frozen_trial) -> None, got {self.callbacks!r}")
+        self.callbacks = tuple(self.callbacks)
         self.cv = _resolve_cv(self.cv)
         if self.holdout is not None:
             from tlsearch.cv import Holdout
@@ -197,6 +213,19 @@ class StudySpec:
     def is_multi_objective(self) -> bool:
         return len(self.directions) > 1
 
+    def run_callbacks(self, study: optuna.Study, trial_id: int) -> None:
+        """Call `callbacks` with the trial just recorded (its cv_results_ user attributes included), as
+        `Study.optimize` does; a callback that raises is logged as a warning, and the study goes on."""
+        if not self.callbacks:
+            return
+        trial = study._storage.get_trial(trial_id)
+        for callback in self.callbacks:
+            try:
+                callback(study, trial)
+            except Exception as error:  # noqa: BLE001 - a tracking server down must not stop the study
+                log.warning("callback %s failed on trial %d: %s: %s", getattr(callback, "__name__", type(callback).__name__),
+                            trial.number, type(error).__name__, error)
+
     def check(self) -> None:
         """Fail before any worker starts if the space cannot be sampled (raises spaces.InvalidSpaceError)."""
         spaces.check_space(self.space, self.name)
@@ -208,12 +237,33 @@ class StudySpec:
                                    sampler=self.sampler, pruner=self.pruner, load_if_exists=load_if_exists)
 
 
+EXAMPLE_PREFIX = "example:"
+
+
+def examples() -> dict[str, Path]:
+    """The example study files shipped with tlsearch, by name (file stem)."""
+    folder = Path(__file__).parent / "examples"
+    return {file.stem: file for file in sorted(folder.glob("*.py")) if not file.name.startswith("_")}
+
+
+def example_path(name: str) -> Path:
+    """The file of example study `name`; a StudyFileError listing the examples when there is none."""
+    shipped = examples()
+    if name not in shipped:
+        raise StudyFileError(f"no example study {name!r}: choose one of {', '.join(shipped) or '(none shipped)'} "
+                             "(tlsearch examples lists them)")
+    return shipped[name]
+
+
 def load_study_file(path: str | Path) -> StudySpec:
     """Import the Python file at `path` (by path, not module name) and return its module variable `study`.
+    `example:NAME` names an example study shipped with tlsearch (`tlsearch examples`).
 
     The module is registered for pickling by value with cloudpickle, so the functions it defines can be
     sent to Dask workers that do not have the file.
     """
+    if str(path).startswith(EXAMPLE_PREFIX):
+        path = example_path(str(path).removeprefix(EXAMPLE_PREFIX))
     path = Path(path).expanduser()
     if not path.is_file():
         raise StudyFileError(f"study file {str(path)!r} does not exist")

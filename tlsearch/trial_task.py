@@ -92,8 +92,12 @@ def pack_spec(spec) -> bytes:
     cloudpickle, explicitly: the functions of a study file live in a module the workers cannot import,
     and Dask's serializer would otherwise pickle them by reference.
     """
+    import copy
+
     import cloudpickle
 
+    spec = copy.copy(spec)
+    spec.callbacks = ()  # run by the driver only; they may hold clients (MLflow, W&B) that do not pickle
     return cloudpickle.dumps(spec)
 
 

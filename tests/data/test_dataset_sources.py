@@ -34,6 +34,13 @@ def test_csv_and_parquet_choose_feature_label_and_group_columns(store, frame, tm
     assert np.isnan(arrays["X"][2, 1])
 
 
+def test_parquet_without_pyarrow_names_the_extra(frame, tmp_path, monkeypatch):
+    frame.to_parquet(tmp_path / "churn.parquet")
+    monkeypatch.setitem(__import__("sys").modules, "pyarrow", None)  # as if not installed
+    with pytest.raises(DatasetValidationError, match=r"churn.parquet: Parquet needs pyarrow: pip install 'tlsearch\[parquet\]'"):
+        read_source(tmp_path / "churn.parquet")
+
+
 def test_default_columns_are_the_last_as_label_and_the_rest_as_features(tmp_path):
     pd.DataFrame({"a": [1, 2], "b": [3.0, 4.0], "target": [0, 1]}).to_csv(tmp_path / "t.csv", index=False)
     arrays, metadata = read_source(tmp_path / "t.csv")

@@ -14,11 +14,12 @@ import logging
 import os
 import sys
 
+import tlsearch
 from tlsearch import config
 from tlsearch.errors import TLSearchError
 
 # Sub-command modules, in the order `tlsearch --help` lists them.
-_COMMANDS = ("study", "results", "refit", "dataset", "worker")
+_COMMANDS = ("study", "results", "refit", "dataset", "worker", "examples")
 
 
 def common_options() -> argparse.ArgumentParser:
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "with studies and datasets in MongoDB or a local folder.",
         epilog="example: tlsearch run studies/digits_mlp.py --n-trials 20",
     )
+    parser.add_argument("--version", action="version", version=f"tlsearch {tlsearch.__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parent = common_options()
     for name in _COMMANDS:

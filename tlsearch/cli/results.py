@@ -32,10 +32,14 @@ def register(subparsers, parent) -> None:
 
     trials = subparsers.add_parser(
         "trials", parents=[parent], help="the trials of a study, with per-fold scores",
-        description="The trials of study NAME with their values, cv_results_-style per-fold scores and params.",
+        description="The trials of study NAME: Optuna's trials_dataframe() led by scikit-learn's cv_results_ "
+                    "columns (rank_test_score, mean/std test score, fit and score times, split{k}_test_score, "
+                    "n_folds_run), then values, state, times and params_*.",
         epilog="example: tlsearch trials digits-mlp --state complete --format csv > trials.csv")
     trials.add_argument("name", metavar="NAME")
-    trials.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    trials.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table",
+                        help="parquet needs pyarrow (pip install 'tlsearch[parquet]') and --output")
+    trials.add_argument("-o", "--output", default=None, help="file to write (default: standard output)")
     trials.add_argument("--state", action="append", type=str.upper,
                         choices=[s.name for s in TrialState], metavar="STATE",
                         help="only trials in this state (complete, pruned, fail, running, waiting); repeatable")
@@ -43,10 +47,12 @@ def register(subparsers, parent) -> None:
 
     report = subparsers.add_parser(
         "report", parents=[parent], help="write the HTML report of a study",
-        description="Write a self-contained HTML report (opens offline) with PNGs of its figures.",
+        description="Write a self-contained HTML report (opens offline), with PNGs of its figures on request.",
         epilog="example: tlsearch report digits-mlp -o report.html")
     report.add_argument("name", metavar="NAME")
     report.add_argument("-o", "--output", default=None, help="HTML file to write (default: HOME/reports/NAME.html)")
+    report.add_argument("--png", action="store_true",
+                        help="also write a PNG of each figure beside the page (needs pip install 'tlsearch[png]')")
     report.set_defaults(func=_report)
 
     dashboard = subparsers.add_parser(
@@ -121,7 +127,15 @@ def _trials(args) -> int:
     from tlsearch import results
 
     states = tuple(TrialState[s] for s in args.state) if args.state else None
-    print(results.format_rows(results.trial_rows(_load(args), states), args.format))
+    if args.format == "parquet" and not args.output:
+        raise TLSearchError("--format parquet writes a file: give it with --output FILE.parquet")
+    if args.format == "parquet":
+        results.require_pyarrow()  # before reading the study
+    text = results.format_frame(results.trials_frame(_load(args), states), args.format, args.output)
+    if text is not None and args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    elif text is not None:
+        print(text)
     return 0
 
 
@@ -131,7 +145,7 @@ def _report(args) -> int:
     study = _load(args)
     path = Path(args.output) if args.output else args.home / "reports" / f"{args.name}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    print(f"report: {write_report(study, path)}")
+    print(f"report: {write_report(study, path, png=args.png)}")
     return 0
 
 

@@ -69,6 +69,9 @@ def read_source(source: str | os.PathLike, *, features: Columns = None, label: s
         frame = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
     except (ValueError, OSError, pd.errors.ParserError) as error:
         raise DatasetValidationError(f"cannot read {path}: {error}") from None
+    except ImportError:  # pandas reads Parquet through pyarrow, an extra
+        raise DatasetValidationError(f"cannot read {path}: Parquet needs pyarrow: "
+                                     "pip install 'tlsearch[parquet]'") from None
     return arrays_from_frame(frame, features=features, label=label, groups=groups, sample_weight=sample_weight,
                              source=f"file:{path.name}")
 

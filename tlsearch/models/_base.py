@@ -32,7 +32,8 @@ class Fold:
     """One fold's rows, already read from the dataset (only these rows are in memory).
 
     index is the 0-based fold number; seed is the fold's seed, derived from (study seed, study name,
-    trial number, index); sample_weight holds the training rows' weights, or None.
+    trial number, index); sample_weight holds the training rows' weights, or None; trial_number is the
+    trial's number.
     """
 
     x_train: np.ndarray
@@ -42,6 +43,7 @@ class Fold:
     index: int
     seed: int
     sample_weight: np.ndarray | None = None
+    trial_number: int | None = None
 
 
 @dataclass

@@ -181,7 +181,8 @@ class KerasTrainer:
         gradients_before = _custom_gradient_names(keras)
         try:
             started = time.perf_counter()
-            model, n_epochs = self._fit(keras, params, fold.x_train, fold.y_train, fold.sample_weight, fold.seed)
+            model, n_epochs = self._fit(keras, params, fold.x_train, fold.y_train, fold.sample_weight, fold.seed,
+                                        self._user_callbacks(fold))
             fit_time = time.perf_counter() - started
             started = time.perf_counter()
             test_scores = self._score(model, fold.x_valid, fold.y_valid)
@@ -203,8 +204,13 @@ class KerasTrainer:
         model, _ = self._fit(import_keras(), params, X, y, sample_weight, seed)
         return model
 
+    def _user_callbacks(self, fold: Fold) -> list:
+        """The study's own Keras callbacks for this fold: new ones from KerasModel.callbacks, or none."""
+        factory = self._model_spec.callbacks
+        return [] if factory is None else list(factory(fold.trial_number, fold.index))
+
     def _fit(self, keras: Any, params: dict, x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
-             seed: int) -> tuple[Any, int]:
+             seed: int, user_callbacks: list = ()) -> tuple[Any, int]:
         spec = self._model_spec
         keras.utils.set_random_seed(seed)
         x, y = _as_inputs(x), self._target.encode(y)
@@ -220,6 +226,7 @@ class KerasTrainer:
             sample_weight = None if sample_weight is None else np.asarray(sample_weight)[kept]
             callbacks.append(keras.callbacks.EarlyStopping(monitor="val_loss", patience=spec.early_stopping,
                                                            restore_best_weights=True))
+        callbacks.extend(user_callbacks)
         model = spec.build(params, self._input_shape, self._target.n_classes)
         if not isinstance(model, keras.Model):
             raise TypeError(f"KerasModel.build returned {type(model).__name__}, not a keras.Model")
