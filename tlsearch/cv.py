@@ -5,7 +5,8 @@ like scikit-learn's cv_results_ (single objective):
     split{k}_test_score, mean_test_score, std_test_score, split{k}_train_score, mean_train_score,
     std_train_score (with return_train_score), split{k}_fit_time, mean_fit_time, std_fit_time,
     split{k}_score_time, mean_score_time, std_score_time, split{k}_n_epochs (Keras, custom loops),
-    split{k}_curve (custom loops), n_splits, n_folds_run, dataset_hash, fold_plan_hash.
+    split{k}_curve (custom loops), n_splits, n_folds_run, dataset_hash, fold_plan_hash, and on a pruned trial
+    prune_reason (a dict: the fold, the gap, the tolerance, the reference trial; see tlsearch.pruners).
 Multi-objective studies name scores by metric as scikit-learn's multi-metric cv_results_ does:
 split{k}_test_{metric}, mean_test_{metric}, std_test_{metric}, ... Standard deviations use ddof=0, like
 scikit-learn. A pruned trial keeps the attributes of the folds it ran; its means cover those folds.
@@ -24,6 +25,8 @@ from sklearn.model_selection._split import BaseCrossValidator
 
 from tlsearch import spaces
 from tlsearch.models import Fold, FoldResult, NonFiniteScoreError, derive_seed, is_class_labels, trainer_for
+from tlsearch.pruners import describe as describe_pruning
+from tlsearch.pruners import prune_decision
 
 if TYPE_CHECKING:
     from tlsearch.study import StudySpec
@@ -105,7 +108,8 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
     `arrays` holds "X", "y" and optionally "groups" and "sample_weight" (read-only, memory-mapped: only
     the rows of one fold are read at a time); `folds` holds, per fold, what `read_fold` takes. After fold k the trial reports, at step k, the running mean of
     the first k+1 fold scores (the fold score itself when the study's pruner is Optuna's WilcoxonPruner),
-    then asks the study's pruner and raises optuna.TrialPruned if told to. Multi-objective trials report
+    then asks the study's pruner and, if told to, stores why as `prune_reason` (tlsearch.pruners.prune_decision)
+    and raises optuna.TrialPruned. Multi-objective trials report
     nothing (Optuna cannot prune them). Errors from the space, the model or training propagate unchanged.
     With `spec.keep_predictions` and an `artifact_store`, each fold's validation predictions are kept as a
     trial artifact `predictions.npz` (`fold{k}_index`: dataset rows, `fold{k}_predictions`).
@@ -130,11 +134,12 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
             recorder.write()
             continue
         recorder.write(report=result.test_scores[0] if reports_fold_scores else recorder.running_mean())
-        if index < len(folds) - 1 and trial.should_prune():
+        reason = prune_decision(trial, index, len(folds)) if index < len(folds) - 1 else None
+        if reason is not None:
+            recorder.note({"prune_reason": reason})  # stored with the summaries: no extra write
             recorder.summarise()
             _keep_predictions(trial, artifact_store, kept)
-            raise optuna.TrialPruned(f"pruned after fold {index} of {len(folds)}: "
-                                     f"running mean {recorder.running_mean():.6g}")
+            raise optuna.TrialPruned(describe_pruning(reason))
     means = recorder.summarise()
     _keep_predictions(trial, artifact_store, kept)
     return means if spec.is_multi_objective else means[0]
@@ -197,6 +202,10 @@ class _ResultRecorder:
 
     def running_mean(self) -> float:
         return float(np.mean([result.test_scores[0] for result in self._results]))
+
+    def note(self, attrs: dict[str, Any]) -> None:
+        """Take in more attributes; the next `write` or `summarise` stores them."""
+        self._pending.update(attrs)
 
     def summarise(self) -> list[float]:
         """Store mean/std attributes over the folds run so far; return the mean test score per metric."""

@@ -1,0 +1,351 @@
+"""Search quality at equal compute: how good a model each pruning strategy finds, re-evaluated on fresh seeds.
+
+Each study is searched once per strategy and seed with the same space, the same TPE sampler seed and the same
+compute budget in folds (a no-pruning study's `--trials` trials x K folds): pruning strategies spend what they
+save on more trials. Trials run in one process with an in-memory Optuna study through tlsearch.cv.evaluate, as
+on a worker, with the pruner objects users get. Studies:
+
+    synthetic   a 5-fold objective with a known truth: 4 floats and a categorical, fold difficulty, a
+                trial x fold interaction and run-to-run noise (sd 0.015, as Keras on digits)
+    gboost      scikit-learn HistGradientBoosting on breast_cancer, 5-fold (search_spaces.tree_ensembles)
+    mlp         the Keras MLP on digits (studies/digits_mlp.py's space), 3-fold, 8 epochs
+    cnn         the Keras CNN on digits as 8x8 images (studies/images_cnn.py's space), 3-fold, 6 epochs
+
+Strategies: no pruning; MedianPruner on the running mean; SuccessiveHalvingPruner and HyperbandPruner with
+folds as the resource; WilcoxonPruner (each fold's score); the KFoldPruner of commit 014f684 (old, read from
+git); tlsearch's default KFoldPruner (new).
+
+Measures, per study x strategy (means over seeds): compute in folds, fold-epochs (Keras) and CPU-seconds;
+the pick (the best complete trial by CV mean) re-evaluated: its params trained again on all folds of 3 fresh
+fold splits with fresh seeds, mean (the synthetic study's truth instead); regret = best known re-evaluated
+score - the pick's; the compute spent when the pick was first within 0.5% of the best known (cheap studies
+only; "-" if never); each ratio to no pruning.
+
+    python bench/search_quality.py --quick          # all four studies, small budgets (about 10 minutes)
+    python bench/search_quality.py                  # 5 seeds (3 for Keras), full budgets
+    python bench/search_quality.py --studies synthetic gboost --seeds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import optuna
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tlsearch import cv  # noqa: E402
+from tlsearch.pruners import KFoldPruner  # noqa: E402
+from tlsearch.study import CustomLoop, KerasModel, SklearnModel, StudySpec  # noqa: E402
+
+OLD_PRUNER_COMMIT = "014f684"
+REACH = 0.005  # "within 0.5% of the best known"
+REEVALUATIONS = 3
+
+
+def old_kfold_pruner() -> optuna.pruners.BasePruner:
+    """The KFoldPruner as it was before issue 15, loaded from git so the comparison stays exact."""
+    source = subprocess.run(["git", "show", f"{OLD_PRUNER_COMMIT}:tlsearch/pruners.py"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout
+    spec = importlib.util.spec_from_loader("old_pruners", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    exec(compile(source, f"{OLD_PRUNER_COMMIT}:tlsearch/pruners.py", "exec"), module.__dict__)
+    return module.KFoldPruner()
+
+
+def strategies(n_folds: int) -> dict[str, Callable[[], optuna.pruners.BasePruner]]:
+    return {
+        "no pruning": optuna.pruners.NopPruner,
+        "MedianPruner": optuna.pruners.MedianPruner,
+        "SuccessiveHalving": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=1),
+        "Hyperband": lambda: optuna.pruners.HyperbandPruner(min_resource=1, max_resource=n_folds),
+        "WilcoxonPruner": lambda: optuna.pruners.WilcoxonPruner(p_threshold=0.1),
+        "KFoldPruner (old)": old_kfold_pruner,
+        "KFoldPruner (new)": KFoldPruner,
+    }
+
+
+# ---------------------------------------------------------------- studies
+
+
+@dataclass
+class Study:
+    """One benchmark study: a spec factory (fresh sampler/pruner/seed), its arrays and how a pick is re-evaluated."""
+
+    name: str
+    make_spec: Callable[[int, optuna.pruners.BasePruner, Any], StudySpec]  # (seed, pruner, cv) -> spec
+    arrays: dict
+    n_folds: int
+    truth: Callable[[dict], float] | None = None  # the known expected score of params (synthetic only)
+    cheap: bool = True  # whether every pick along the way is re-evaluated (compute to reach)
+
+
+SYNTHETIC_NOISE = 0.015
+SYNTHETIC_FOLDS = np.array([-0.02, 0.01, 0.0, 0.015, -0.005])
+SYNTHETIC_CENTRE = np.array([0.3, 0.7, 0.55, 0.2])
+SYNTHETIC_WEIGHTS = np.array([0.3, 0.2, 0.1, 0.05])
+SYNTHETIC_KINDS = {"a": 0.0, "b": 0.01, "c": 0.04}
+
+
+def synthetic_space(trial) -> dict:
+    params = {f"x{i}": trial.suggest_float(f"x{i}", 0.0, 1.0) for i in range(4)}
+    params["kind"] = trial.suggest_categorical("kind", list(SYNTHETIC_KINDS))
+    return params
+
+
+def synthetic_truth(params: dict) -> float:
+    """The expected CV score of `params` over fresh folds and seeds (best: 0.95 at the centre, kind a)."""
+    x = np.array([params[f"x{i}"] for i in range(4)])
+    return float(0.95 - np.sum(SYNTHETIC_WEIGHTS * (x - SYNTHETIC_CENTRE) ** 2) - SYNTHETIC_KINDS[params["kind"]])
+
+
+def synthetic_fold(params: dict, fold, report) -> float:
+    """One fold: truth + the fold's difficulty + a trial x fold interaction + run-to-run noise."""
+    interaction = 0.008 * math.sin(7.0 * fold.index + 11.0 * params["x0"] + 5.0 * params["x2"])
+    noise = np.random.default_rng(fold.seed).normal(0.0, SYNTHETIC_NOISE)
+    return synthetic_truth(params) + SYNTHETIC_FOLDS[fold.index % 5] + interaction + noise
+
+
+def synthetic_study() -> Study:
+    def make_spec(seed, pruner, splitter):
+        return StudySpec(name="synthetic", dataset="synthetic", space=synthetic_space,
+                         model=CustomLoop(synthetic_fold), cv=splitter or 5, direction="maximize",
+                         sampler=optuna.samplers.TPESampler(seed=seed), pruner=pruner, seed=seed)
+
+    rows = np.arange(100, dtype=float).reshape(-1, 1)
+    return Study("synthetic", make_spec, {"X": rows, "y": rows[:, 0]}, 5, truth=synthetic_truth)
+
+
+def gboost_study() -> Study:
+    from sklearn.datasets import load_breast_cancer
+
+    from search_spaces.tree_ensembles import gradient_boosting, make_gradient_boosting
+
+    def space(trial):
+        return gradient_boosting(trial, max_iter=(10, 200))
+
+    def make_spec(seed, pruner, splitter):
+        return StudySpec(name="gboost", dataset="breast_cancer", space=space,
+                         model=SklearnModel(lambda params: make_gradient_boosting(params, random_state=None)),
+                         cv=splitter or 5, metric="accuracy", sampler=optuna.samplers.TPESampler(seed=seed),
+                         pruner=pruner, seed=seed)
+
+    X, y = load_breast_cancer(return_X_y=True)
+    return Study("gboost", make_spec, {"X": X, "y": y}, 5)
+
+
+def keras_study(study_file: str, n_folds: int, cheap: bool) -> Study:
+    from sklearn.datasets import load_digits
+
+    from tlsearch.study import load_study_file
+
+    base = load_study_file(ROOT / "studies" / study_file)
+
+    def make_spec(seed, pruner, splitter):
+        return StudySpec(name=base.name, dataset=base.dataset, space=base.space, model=base.model,
+                         cv=splitter or n_folds, metric="accuracy",
+                         sampler=optuna.samplers.TPESampler(seed=seed), pruner=pruner, seed=seed)
+
+    X, y = load_digits(return_X_y=True)
+    return Study(base.name, make_spec, {"X": X.astype("float32"), "y": y}, n_folds, cheap=cheap)
+
+
+# ---------------------------------------------------------------- searching
+
+
+@dataclass
+class Search:
+    """What one strategy did on one study and seed."""
+
+    folds: int = 0
+    fold_epochs: int = 0
+    cpu_seconds: float = 0.0
+    trials: int = 0
+    pruned: int = 0
+    picks: list[tuple[int, dict]] = field(default_factory=list)  # (folds spent so far, pick's params)
+
+
+def search(study: Study, make_pruner, seed: int, budget: int) -> Search:
+    """Run TPE trials until `budget` folds are spent; record the pick after each trial."""
+    spec = study.make_spec(seed, make_pruner(), None)
+    folds = list(spec.cv.split(study.arrays["X"], study.arrays["y"]))
+    optuna_study = spec.create_study()
+    done = Search()
+    started = time.process_time()
+    while done.folds < budget:
+        trial = optuna_study.ask()
+        try:
+            optuna_study.tell(trial, cv.evaluate(trial, spec, study.arrays, folds))
+        except optuna.TrialPruned:
+            optuna_study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            done.pruned += 1
+        attrs = optuna_study.trials[trial.number].user_attrs
+        done.trials += 1
+        done.folds += attrs["n_folds_run"]
+        done.fold_epochs += sum(attrs.get(f"split{k}_n_epochs", 1) for k in range(attrs["n_folds_run"]))
+        best = _best_params(optuna_study)
+        if best is not None and (not done.picks or done.picks[-1][1] != best):
+            done.picks.append((done.folds, best))
+    done.cpu_seconds = time.process_time() - started
+    return done
+
+
+def _best_params(study: optuna.Study) -> dict | None:
+    try:
+        return dict(study.best_trial.params)
+    except ValueError:  # no complete trial yet
+        return None
+
+
+class Reevaluator:
+    """The re-evaluated score of params: the known truth, or the mean CV score over REEVALUATIONS fresh fold
+    splits and seeds (cached per params)."""
+
+    def __init__(self, study: Study) -> None:
+        self.study = study
+        self.cache: dict[tuple, float] = {}
+
+    def __call__(self, params: dict) -> float:
+        key = tuple(sorted(params.items()))
+        if key not in self.cache:
+            self.cache[key] = self.study.truth(params) if self.study.truth else self._retrain(params)
+        return self.cache[key]
+
+    def _retrain(self, params: dict) -> float:
+        from sklearn.model_selection import StratifiedKFold
+
+        scores = []
+        for repeat in range(REEVALUATIONS):
+            fresh = 10_000 + repeat
+            splitter = StratifiedKFold(self.study.n_folds, shuffle=True, random_state=fresh)
+            spec = self.study.make_spec(fresh, optuna.pruners.NopPruner(), splitter)
+            folds = list(splitter.split(self.study.arrays["X"], self.study.arrays["y"]))
+            optuna_study = spec.create_study()
+            optuna_study.enqueue_trial(params)
+            scores.append(cv.evaluate(optuna_study.ask(), spec, self.study.arrays, folds))
+        return float(np.mean(scores))
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def summarise(study: Study, runs: dict[str, list[Search]], reevaluate: Reevaluator) -> list[dict]:
+    """One row per strategy: means over seeds of compute, re-evaluated score, regret and compute to reach."""
+    if study.cheap:
+        for searches in runs.values():
+            for done in searches:
+                for _, params in done.picks:
+                    reevaluate(params)
+    best_known = max(reevaluate.cache.values()) if study.truth is None else synthetic_truth(
+        {**{f"x{i}": c for i, c in enumerate(SYNTHETIC_CENTRE)}, "kind": "a"})
+    rows = []
+    for name, searches in runs.items():
+        scores = [reevaluate(done.picks[-1][1]) for done in searches]
+        reach = [_compute_to_reach(done, reevaluate, best_known) for done in searches] if study.cheap else None
+        rows.append({
+            "study": study.name, "strategy": name,
+            "folds": statistics.mean(d.folds for d in searches),
+            "fold_epochs": statistics.mean(d.fold_epochs for d in searches),
+            "cpu": statistics.mean(d.cpu_seconds for d in searches),
+            "trials": statistics.mean(d.trials for d in searches),
+            "pruned": statistics.mean(d.pruned / d.trials for d in searches),
+            "score": statistics.mean(scores),
+            "regret": statistics.mean(best_known - score for score in scores),
+            "regrets": [best_known - score for score in scores],
+            "reach": reach,
+        })
+    return rows
+
+
+def _compute_to_reach(done: Search, reevaluate: Reevaluator, best_known: float) -> int | None:
+    for spent, params in done.picks:
+        if reevaluate(params) >= best_known - REACH * abs(best_known):
+            return spent
+    return None
+
+
+def print_table(rows: list[dict]) -> None:
+    print()
+    print(f"{'study':10} {'strategy':18} {'trials':>6} {'pruned':>6} {'folds':>6} {'fold-ep':>7} {'CPU s':>7} "
+          f"{'re-eval':>8} {'regret':>8} {'regret/none':>11} {'reach 0.5%':>10} {'seeds reached':>13}")
+    for row in rows:
+        base = next(r for r in rows if r["study"] == row["study"] and r["strategy"] == "no pruning")
+        ratio = row["regret"] / base["regret"] if base["regret"] > 0 else float("nan")
+        reach = row["reach"]
+        reached = [spent for spent in reach if spent is not None] if reach is not None else []
+        reach_text = f"{statistics.mean(reached):10.0f}" if reached else f"{'-':>10}"
+        seeds_text = f"{len(reached)}/{len(reach)}" if reach is not None else "-"
+        print(f"{row['study']:10} {row['strategy']:18} {row['trials']:6.1f} {row['pruned']:6.0%} "
+              f"{row['folds']:6.0f} {row['fold_epochs']:7.0f} {row['cpu']:7.1f} {row['score']:8.4f} "
+              f"{row['regret']:8.4f} {ratio:11.2f} {reach_text} {seeds_text:>13}")
+    print("(means over seeds; compute budget equal per study: pruning strategies run more trials; 'regret/none' is "
+          "the regret's ratio to no pruning; 'reach 0.5%': folds spent when the pick was first within 0.5% of the "
+          "best known, over the seeds that got there)")
+
+
+# ---------------------------------------------------------------- main
+
+PLANS = {  # study -> (trials of a no-pruning budget, seeds), full and --quick
+    "synthetic": ((60, 10), (40, 5)),
+    "gboost": ((40, 5), (20, 3)),
+    "mlp": ((24, 3), (8, 1)),
+    "cnn": ((20, 3), (6, 1)),
+}
+
+
+def make_study(name: str) -> Study:
+    if name == "synthetic":
+        return synthetic_study()
+    if name == "gboost":
+        return gboost_study()
+    return keras_study("digits_mlp.py" if name == "mlp" else "images_cnn.py", 3, cheap=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small budgets and fewer seeds")
+    parser.add_argument("--studies", nargs="+", choices=list(PLANS), default=list(PLANS))
+    parser.add_argument("--strategies", nargs="+", help="only these strategies (names as printed)")
+    parser.add_argument("--trials", type=int, help="budget: this many no-pruning trials' folds")
+    parser.add_argument("--seeds", type=int, help="seeds per study")
+    args = parser.parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # WilcoxonPruner
+    warnings.filterwarnings("ignore", category=UserWarning)
+
+    rows = []
+    for name in args.studies:
+        study = make_study(name)
+        n_trials, n_seeds = PLANS[name][1 if args.quick else 0]
+        n_trials, n_seeds = args.trials or n_trials, args.seeds or n_seeds
+        budget = n_trials * study.n_folds
+        chosen = {key: make for key, make in strategies(study.n_folds).items()
+                  if not args.strategies or key in args.strategies or key == "no pruning"}
+        print(f"{name}: budget {budget} folds ({n_trials} trials x {study.n_folds} folds), {n_seeds} seed(s)",
+              flush=True)
+        runs: dict[str, list[Search]] = {key: [] for key in chosen}
+        for seed in range(n_seeds):
+            for key, make_pruner in chosen.items():
+                done = search(study, make_pruner, seed, budget)
+                runs[key].append(done)
+                print(f"  seed {seed} {key:18} trials {done.trials:3d} pruned {done.pruned:3d} folds {done.folds:4d} "
+                      f"CPU {done.cpu_seconds:6.1f} s", flush=True)
+        rows += summarise(study, runs, Reevaluator(study))
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
