@@ -238,6 +238,7 @@ class _Dispatcher:
 
     def run(self) -> None:
         client = self.client
+        cluster.prepare_workers(client, self.spec)
         client.register_plugin(cluster.DatasetPrefetch(self.stores, self.dataset_ref))
         self.spec_future = client.scatter(pack_spec(self.spec), broadcast=True)
         link = cluster.dashboard_link(client)
