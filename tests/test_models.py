@@ -172,6 +172,7 @@ def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digi
 
 
 def _backend_state():
+    import gc
     import sys
 
     if "tensorflow" not in sys.modules:
@@ -181,7 +182,8 @@ def _backend_state():
     import_keras()  # waits for a background import to finish setting the backend up
     import tensorflow as tf
 
-    return tf.config.threading.get_intra_op_parallelism_threads(), tf.config.threading.get_inter_op_parallelism_threads()
+    threading = tf.config.threading
+    return threading.get_intra_op_parallelism_threads(), threading.get_inter_op_parallelism_threads(), gc.get_freeze_count() > 0
 
 
 def test_workers_run_keras_on_their_share_of_the_cores_and_only_keras_studies_import_it(tmp_path):
@@ -203,4 +205,4 @@ def test_workers_run_keras_on_their_share_of_the_cores_and_only_keras_studies_im
             study = runner.run(keras_study, stores=stores, client=client, progress="off")
             assert study.trials[0].state == TrialState.COMPLETE
             share = max(1, host_cores() // 2)
-            assert set(client.run(_backend_state).values()) == {(share, share)}
+            assert set(client.run(_backend_state).values()) == {(share, share, True)}

@@ -26,7 +26,8 @@ def host_cores() -> int:
 class WorkerSetup(distributed.WorkerPlugin):
     """Gives each worker's Keras backend as many intra- and inter-op threads as the worker's share of its
     host's cores (not every core for every worker, which oversubscribes a host running several workers), and
-    with `preload_keras` imports Keras in the background, so the first trial does not wait for it.
+    with `preload_keras` imports Keras in the background, so the first trial does not wait for it (see
+    tlsearch.models.prepare_worker: the import's objects are then kept out of the garbage collector's sight).
 
     `workers` maps each host to its number of workers; a host it does not name counts as one worker.
     """
@@ -38,9 +39,9 @@ class WorkerSetup(distributed.WorkerPlugin):
         self.preload_keras = preload_keras
 
     def setup(self, worker: distributed.Worker) -> None:
-        from tlsearch.models import import_keras, use_cpu_threads
+        from tlsearch.models import import_keras, prepare_worker
 
-        use_cpu_threads(max(1, host_cores() // self.workers.get(get_address_host(worker.address), 1)))
+        prepare_worker(max(1, host_cores() // self.workers.get(get_address_host(worker.address), 1)))
         if self.preload_keras:
             threading.Thread(target=self._preload, args=(import_keras,), name=self.name, daemon=True).start()
 

@@ -24,7 +24,7 @@ from tlsearch.models._keras import (  # import keras only when called
     Target,
     describe_target,
     import_keras,
-    use_cpu_threads,
+    prepare_worker,
 )
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Fold", "FoldResult", "FoldTrainer", "NonFiniteLossError", "NonFiniteScoreError", "Target",
            "derive_seed", "describe_target", "fit_full", "import_keras", "is_class_labels", "trainer_for",
-           "use_cpu_threads"]
+           "prepare_worker"]
 
 
 def derive_seed(*parts: Any) -> int:

@@ -24,16 +24,19 @@ if TYPE_CHECKING:
 
 _keras_ready = False
 _import_lock = threading.Lock()  # a worker imports Keras in the background while its first trial may start
-_cpu_threads: int | None = None
+_cpu_threads: int | None = None  # set in worker processes: see prepare_worker
 
 
-def use_cpu_threads(threads: int) -> None:
-    """Run the backend's CPU operations on `threads` threads (intra-op and inter-op), from the Keras import on.
+def prepare_worker(cpu_threads: int) -> None:
+    """Make this process a trial worker: from the Keras import on, the backend runs CPU operations on
+    `cpu_threads` threads (intra-op and inter-op; TensorFlow only, and only before its first operation),
+    and the objects the import creates are moved out of the garbage collector's sight (gc.freeze).
 
-    Applies to the TensorFlow backend, and only before this process runs its first TensorFlow operation.
+    Keras and TensorFlow create hundreds of thousands of long-lived objects at import; every full collection
+    walks them all, about a second each on a small machine, and a worker collects after every trial.
     """
     global _cpu_threads
-    _cpu_threads = threads
+    _cpu_threads = cpu_threads
 
 
 def import_keras() -> Any:
@@ -42,6 +45,8 @@ def import_keras() -> Any:
     with _import_lock:
         if not _keras_ready:
             _prepare_backend()
+            if _cpu_threads is not None:
+                gc.freeze()
             _keras_ready = True
     import keras
 
