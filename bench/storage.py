@@ -1,10 +1,15 @@
-"""Benchmark: MongoStorage against Optuna's RDBStorage (SQLite) and JournalStorage (file), side by side.
+"""Benchmark: MongoStorage against what a user would pick for a shared study store, side by side:
+Optuna's RDBStorage on a real PostgreSQL, Optuna's GrpcStorageProxy in front of that PostgreSQL, and, for
+reference, RDBStorage(SQLite) and JournalStorage(file).
 
-    python bench/storage.py [--quick] [--repeat N]
+    python bench/storage.py [--quick] [--repeat N] [--widths 1,4,16] [--kinds mongo,postgres,grpc,sqlite,journal]
 
-Starts its own MongoDB test server (tlsearch.testing.TestMongoServer) unless TLSEARCH_TEST_MONGO_URI is set.
-Measures, for each storage, in one run:
-- throughput with TPE (3 suggests + 5 reports per trial) on one study, with 1 process and with 4;
+Needs psycopg2-binary and grpcio (the `bench` extra) and PostgreSQL's server binaries (Debian's `postgresql`:
+/usr/lib/postgresql/*/bin): it starts a throwaway PostgreSQL cluster (initdb + pg_ctl in a temporary folder,
+on a free port, as the user `nobody` when run as root) and one gRPC proxy server process in front of it, and
+stops both at the end. Starts its own MongoDB test server (tlsearch.testing.TestMongoServer) unless
+TLSEARCH_TEST_MONGO_URI is set. Measures, for each storage, in one run:
+- throughput with TPE (3 suggests + 5 reports per trial) on one study, with 1, 4 and 16 processes;
 - storage cost per trial (time spent inside storage calls) with the random sampler, over the first 100 and
   the last 100 of 2,000 trials: a storage whose cost grows with the study's size shows it here;
 - what one command costs: a ping through pymongo, and as a bare wire-protocol round trip to the same server.
@@ -19,21 +24,25 @@ machine moves one sample, not the result.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import glob
 import multiprocessing
 import os
+import signal
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import optuna
 from optuna.storages import BaseStorage
 from pymongo.monitoring import CommandListener
 
-KINDS = ("mongo", "sqlite", "journal")
-LABELS = {"mongo": "MongoStorage", "sqlite": "RDBStorage(SQLite)", "journal": "JournalStorage(file)"}
+KINDS = ("mongo", "postgres", "grpc", "sqlite", "journal")
+LABELS = {"mongo": "MongoStorage", "postgres": "RDBStorage(PostgreSQL)", "grpc": "GrpcStorageProxy(PostgreSQL)",
+          "sqlite": "RDBStorage(SQLite)", "journal": "JournalStorage(file)"}
 
 
 def objective(trial: optuna.Trial) -> float:
@@ -73,6 +82,11 @@ def open_storage(kind: str, where: str, database: str, counter: CommandCounter |
         return MongoStorage(where, database)
     if kind == "sqlite":
         return optuna.storages.RDBStorage(f"sqlite:///{where}/{database}.sqlite3")
+    if kind == "postgres":  # where: the server's URL; one database for all the run's studies
+        return optuna.storages.RDBStorage(where)
+    if kind == "grpc":  # where: host:port of the proxy server
+        host, port = where.rsplit(":", 1)
+        return optuna.storages.GrpcStorageProxy(host=host, port=int(port))
     if kind == "journal":
         from optuna.storages.journal import JournalFileBackend
 
@@ -94,7 +108,7 @@ def tpe_throughput(
     kind: str, where: str, database: str, n_trials: int, n_processes: int, counter: CommandCounter | None = None
 ) -> float:
     """Trials per second of n_processes processes optimizing one study with TPE (process start-up excluded)."""
-    study_name = f"tpe-{n_processes}"
+    study_name = f"{database}-tpe-{n_processes}"
     storage = open_storage(kind, where, database, counter)
     optuna.create_study(study_name=study_name, storage=storage)
     if n_processes == 1:
@@ -120,7 +134,7 @@ def tpe_throughput(
         process.join()
     elapsed = time.perf_counter() - start
     if any(process.exitcode for process in processes):
-        raise RuntimeError(f"a {kind} worker failed")
+        return float("nan")  # e.g. SQLite's "database is locked" under many writers: shown as failed
     done = len(optuna.load_study(study_name=study_name, storage=storage).get_trials(deepcopy=False))
     return done / elapsed
 
@@ -159,7 +173,7 @@ def storage_cost(
     if isinstance(inner, optuna.storages.RDBStorage):
         inner = optuna.storages._CachedStorage(inner)  # what Optuna itself wraps an RDBStorage in
     storage = TimedStorage(inner)
-    study = optuna.create_study(study_name="cost", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
+    study = optuna.create_study(study_name=f"{database}-cost", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
     if counter:
         counter.commands = 0
     per_trial: list[float] = []
@@ -179,45 +193,112 @@ def warm_up(kind: str, where: str, n_trials: int) -> None:
     study.optimize(objective, n_trials=n_trials)
 
 
-def run(uri: str, args: argparse.Namespace, scratch: Path) -> dict[tuple[str, str], float]:
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster (default settings) on a free port; yields its SQLAlchemy URL."""
+    import shutil
+    import shlex
+    import subprocess
+
+    initdb = shutil.which("initdb") or max(glob.glob("/usr/lib/postgresql/*/bin/initdb"), default=None)
+    if initdb is None:
+        raise SystemExit("PostgreSQL's initdb not found: apt-get install -y postgresql (or drop postgres,grpc "
+                         "from --kinds)")
+    bin_dir, folder, port = Path(initdb).parent, Path(tempfile.mkdtemp(prefix="tlsearch-pg-")), free_port()
+    as_root = os.geteuid() == 0  # PostgreSQL refuses to run as root: run it as nobody
+    if as_root:
+        shutil.chown(folder, "nobody")
+
+    def pg(*command: str) -> None:
+        command = [str(bin_dir / command[0]), *command[1:]]
+        if as_root:
+            command = ["su", "nobody", "-s", "/bin/sh", "-c", shlex.join(command)]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    data = str(folder / "data")
+    pg("initdb", "-D", data, "-A", "trust", "-U", "postgres")
+    pg("pg_ctl", "-D", data, "-l", str(folder / "log"), "-w", "-o",
+       f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections=200", "start")
+    try:
+        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        pg("pg_ctl", "-D", data, "-m", "fast", "-w", "stop")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def grpc_proxy(storage_url: str) -> Iterator[str]:
+    """Optuna's gRPC proxy server in its own process, in front of the RDBStorage at `storage_url`."""
+    import socket
+    import subprocess
+
+    port = free_port()
+    code = ("import optuna; optuna.logging.set_verbosity(optuna.logging.WARNING); "
+            f"optuna.storages.run_grpc_proxy_server(optuna.storages.RDBStorage({storage_url!r}), "
+            f"host='127.0.0.1', port={port})")
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(600):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None:
+                    raise RuntimeError(f"gRPC proxy failed: {server.stderr.read().decode()[-2000:]}") from None
+                time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def run(places: dict[str, str], args: argparse.Namespace) -> dict[tuple[str, str], float]:
+    """Medians over the repeats of each measure of each storage; `places` says where each kind lives."""
+    kinds = args.kinds
     results: dict[tuple[str, str], list[float]] = {}
-    for kind in KINDS:
-        warm_up(kind, uri if kind == "mongo" else str(scratch), args.warmup if kind == "mongo" else args.warmup // 10)
+    for kind in kinds:
+        warm_up(kind, places[kind], args.warmup if kind == "mongo" else args.warmup // 10)
     for repeat in range(args.repeat):
-        for kind in KINDS[repeat % len(KINDS) :] + KINDS[: repeat % len(KINDS)]:
-            where = uri if kind == "mongo" else str(scratch)
+        for kind in kinds[repeat % len(kinds):] + kinds[: repeat % len(kinds)]:
+            where = places[kind]
             database = f"bench_{os.getpid()}_{repeat}"
-            tpe_counter = CommandCounter() if kind == "mongo" else None
-            measures = {
-                "tpe1": lambda: tpe_throughput(kind, where, database + "_t1", args.tpe_trials, 1, tpe_counter),
-                f"tpe{args.processes}": lambda: tpe_throughput(
-                    kind, where, database + "_tn", args.tpe_trials, args.processes
-                ),
-            }
-            for key, measure in measures.items():
-                results.setdefault((kind, key), []).append(measure())
-                figure = results[(kind, key)][-1]
-                print(f"  {LABELS[kind]:22} {key}: {figure:.1f} trials/s", file=sys.stderr, flush=True)
-            cost_counter = CommandCounter() if kind == "mongo" else None
-            first, last = storage_cost(kind, where, database + "_c", args.cost_trials, args.edge, cost_counter)
+            for width in args.widths:
+                counter = CommandCounter() if kind == "mongo" and width == 1 else None
+                figure = tpe_throughput(kind, where, f"{database}_t{width}", args.tpe_trials, width, counter)
+                results.setdefault((kind, f"tpe{width}"), []).append(figure)
+                if counter:
+                    results.setdefault((kind, "trips_tpe"), []).append(counter.commands / args.tpe_trials)
+                print(f"  {LABELS[kind]:28} TPE x{width}: {figure:.1f} trials/s", file=sys.stderr, flush=True)
+            if not args.cost:
+                continue
+            counter = CommandCounter() if kind == "mongo" else None
+            first, last = storage_cost(kind, where, database + "_c", args.cost_trials, args.edge, counter)
             results.setdefault((kind, "first"), []).append(first)
             results.setdefault((kind, "last"), []).append(last)
-            if tpe_counter and cost_counter:
-                results.setdefault((kind, "trips_tpe"), []).append(tpe_counter.commands / args.tpe_trials)
-                results.setdefault((kind, "trips_random"), []).append(cost_counter.commands / args.cost_trials)
-            print(f"  {LABELS[kind]:22} cost: first {first:.2f} ms, last {last:.2f} ms", file=sys.stderr, flush=True)
-            if kind == "mongo":
-                import pymongo
+            if counter:
+                results.setdefault((kind, "trips_random"), []).append(counter.commands / args.cost_trials)
+            print(f"  {LABELS[kind]:28} cost: first {first:.2f} ms, last {last:.2f} ms", file=sys.stderr, flush=True)
+        if "mongo" in kinds:
+            import pymongo
 
-                client = pymongo.MongoClient(uri)
-                for name in client.list_database_names():
-                    if name.startswith(f"bench_{os.getpid()}"):
-                        client.drop_database(name)
-                client.close()
+            client = pymongo.MongoClient(places["mongo"])
+            for name in client.list_database_names():
+                if name.startswith(f"bench_{os.getpid()}"):
+                    client.drop_database(name)
+            client.close()
     medians = {key: statistics.median(values) for key, values in results.items()}
-    medians["ping_pymongo"], bare = command_latency(uri)
-    if bare is not None:
-        medians["ping_bare"] = bare
+    if "mongo" in kinds:
+        medians["ping_pymongo"], bare = command_latency(places["mongo"])
+        if bare is not None:
+            medians["ping_bare"] = bare
     return medians
 
 
@@ -261,40 +342,40 @@ def command_latency(uri: str, n: int = 3000) -> tuple[float, float | None]:
 
 
 def print_table(figures: dict[tuple[str, str], float], args: argparse.Namespace) -> None:
-    n, p, c, e = args.tpe_trials, args.processes, args.cost_trials, args.edge
-    rows = [
-        (f"TPE, {n} trials, 1 process (trials/s)", "tpe1", True),
-        (f"TPE, {n} trials, {p} processes (trials/s)", f"tpe{p}", True),
-        (f"random, storage ms/trial, first {e} of {c}", "first", False),
-        (f"random, storage ms/trial, last {e} of {c}", "last", False),
-    ]
-    header = ["", *(LABELS[kind] for kind in KINDS)]
-    lines = [header, ["---", *["---:"] * len(KINDS)]]
+    n, c, e, kinds = args.tpe_trials, args.cost_trials, args.edge, args.kinds
+    rows = [(f"TPE, {n} trials, {w} process{'es' if w > 1 else ''} (trials/s)", f"tpe{w}", True) for w in args.widths]
+    if args.cost:
+        rows += [(f"random, storage ms/trial, first {e} of {c}", "first", False),
+                 (f"random, storage ms/trial, last {e} of {c}", "last", False)]
+    header = ["", *(LABELS[kind] for kind in kinds)]
+    lines = [header, ["---", *["---:"] * len(kinds)]]
     for label, key, higher_is_better in rows:
-        mongo = figures[("mongo", key)]
-        cells = [label, f"{mongo:.1f}" if higher_is_better else f"{mongo:.2f}"]
-        for kind in KINDS[1:]:
+        mongo = figures.get(("mongo", key), float("nan"))
+        cells = [label]
+        for kind in kinds:
             value = figures[(kind, key)]
-            ratio = mongo / value if higher_is_better else value / mongo
-            cells.append(f"{value:.1f} (×{ratio:.2f})" if higher_is_better else f"{value:.2f} (×{ratio:.2f})")
+            text = f"{value:.1f}" if higher_is_better else f"{value:.2f}"
+            if kind != "mongo" and "mongo" in kinds:
+                ratio = mongo / value if higher_is_better else value / mongo
+                text += f" (×{ratio:.2f})"
+            cells.append("failed" if value != value else text)
         lines.append(cells)
-    growth = ["last / first"]
-    for kind in KINDS:
-        growth.append(f"{figures[(kind, 'last')] / figures[(kind, 'first')]:.2f}")
-    lines.append(growth)
+    if args.cost:
+        lines.append(["last / first", *(f"{figures[(kind, 'last')] / figures[(kind, 'first')]:.2f}" for kind in kinds)])
     for cells in lines:
         print("| " + " | ".join(cells) + " |")
-    print(
-        f"\nMongoStorage round trips per trial (independent of the machine): TPE {figures[('mongo', 'trips_tpe')]:.1f},"
-        f" random sampler {figures[('mongo', 'trips_random')]:.1f}."
-    )
-    pymongo_us, bare_us = figures["ping_pymongo"], figures.get("ping_bare")
-    print(f"A ping to the server: {pymongo_us:.0f} µs through pymongo"
-          + (f", {bare_us:.0f} µs as a bare wire-protocol round trip." if bare_us else "."))
+    if "mongo" in kinds:
+        trips = f"TPE {figures[('mongo', 'trips_tpe')]:.1f}"
+        if args.cost:
+            trips += f", random sampler {figures[('mongo', 'trips_random')]:.1f}"
+        print(f"\nMongoStorage round trips per trial (independent of the machine): {trips}.")
+        pymongo_us, bare_us = figures["ping_pymongo"], figures.get("ping_bare")
+        print(f"A ping to the server: {pymongo_us:.0f} µs through pymongo"
+              + (f", {bare_us:.0f} µs as a bare wire-protocol round trip." if bare_us else "."))
     print(
         "(×N: MongoStorage is N times better than that storage: throughput MongoStorage/other,"
-        " cost other/MongoStorage;"
-        f" medians of {args.repeat} run(s); machine: {os.cpu_count()} cores)"
+        " cost other/MongoStorage; targets: ×5 against PostgreSQL and the gRPC proxy at every width, ×5 against"
+        f" SQLite; medians of {args.repeat} run(s); machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})"
     )
 
 
@@ -304,20 +385,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a smaller run (100 TPE trials, 500 random trials)")
     parser.add_argument("--repeat", type=int, default=1, help="repeat the whole run N times and report medians")
-    parser.add_argument("--processes", type=int, default=4, help="processes for the parallel TPE run (default 4)")
+    parser.add_argument("--widths", default="1,4,16", help="processes for the TPE runs (default 1,4,16)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"storages to measure (default {','.join(KINDS)})")
+    parser.add_argument("--no-cost", dest="cost", action="store_false",
+                        help="skip the storage-cost rows (random sampler, first and last trials of a long study)")
     args = parser.parse_args(argv)
     sizes = (100, 500, 50, 1000) if args.quick else (500, 2000, 100, 3000)
     args.tpe_trials, args.cost_trials, args.edge, args.warmup = sizes
+    args.widths = [int(width) for width in args.widths.split(",")]
+    args.kinds = [kind for kind in args.kinds.split(",") if kind]
+    unknown = set(args.kinds) - set(KINDS)
+    if unknown:
+        parser.error(f"--kinds: unknown {sorted(unknown)}; choose from {','.join(KINDS)}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     from tlsearch.testing import TestMongoServer, test_mongo_uri
 
-    with tempfile.TemporaryDirectory(prefix="tlsearch-bench-") as scratch:
-        uri = test_mongo_uri()
-        if uri:
-            figures = run(uri, args, Path(scratch))
-        else:
-            with TestMongoServer() as uri:
-                figures = run(uri, args, Path(scratch))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout still stops the servers started here
+    with tempfile.TemporaryDirectory(prefix="tlsearch-bench-") as scratch, contextlib.ExitStack() as services:
+        places = {"sqlite": scratch, "journal": scratch}
+        if "mongo" in args.kinds:
+            places["mongo"] = test_mongo_uri() or services.enter_context(TestMongoServer())
+        if {"postgres", "grpc"} & set(args.kinds):
+            places["postgres"] = services.enter_context(postgres_server())
+        if "grpc" in args.kinds:
+            places["grpc"] = services.enter_context(grpc_proxy(places["postgres"]))
+        figures = run(places, args)
         if test_mongo_uri():
             import pymongo
 

@@ -136,3 +136,73 @@ def test_fit_full_returns_trained_models(digits):
     custom = StudySpec(name="full", dataset="d", space={},
                        model=CustomLoop(lambda p, f, r: 0.0, refit=lambda p, X, y: ("trained", len(X))))
     assert fit_full(custom, {}, X, y) == ("trained", len(X))
+
+
+def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digits):
+    import keras
+
+    params = {"mlp": {"units": [32, 16], "dropout": 0.2, "activation": "relu", "batch_norm": True},
+              "optimizer": {"name": "adam", "learning_rate": 0.01, "weight_decay": None}}
+    built = []
+
+    def deterministic(params, input_shape, n_classes):
+        built.append(build_mlp(params, input_shape, n_classes))
+        return built[-1]
+
+    def alternating(params, input_shape, n_classes):
+        # The same network behind one or two Identity layers: equal math, a structure that differs from the
+        # previous fold's, so every fold trains the model built for it.
+        mlp = make_mlp(params["mlp"], input_shape, n_classes, rescale=1 / 16)
+        inputs = x = keras.Input(input_shape)
+        for _ in range(1 + len(built) % 2):
+            x = keras.layers.Identity()(x)
+        built.append(compile_model(keras.Model(inputs, mlp(x)), params["optimizer"], n_classes))
+        return built[-1]
+
+    scores, trained = {}, {}
+    for builder in (deterministic, alternating):
+        built.clear()
+        spec = StudySpec(name="reuse", dataset="sklearn:digits", space=params, cv=3, metric="accuracy",
+                         model=KerasModel(builder, epochs=3, batch_size=64, early_stopping=2))
+        attrs = run(spec, digits).user_attrs
+        scores[builder.__name__] = [attrs[f"split{k}_test_score"] for k in range(3)]
+        trained[builder.__name__] = sum(int(model.optimizer.iterations.numpy()) > 0 for model in built)
+    assert trained == {"deterministic": 1, "alternating": 3}
+    assert scores["deterministic"] == pytest.approx(scores["alternating"], abs=1e-6)
+
+
+def _backend_state():
+    import gc
+    import sys
+
+    if "tensorflow" not in sys.modules:
+        return None
+    from tlsearch.models import import_keras
+
+    import_keras()  # waits for a background import to finish setting the backend up
+    import tensorflow as tf
+
+    threading = tf.config.threading
+    return threading.get_intra_op_parallelism_threads(), threading.get_inter_op_parallelism_threads(), gc.get_freeze_count() > 0
+
+
+def test_workers_run_keras_on_their_share_of_the_cores_and_only_keras_studies_import_it(tmp_path):
+    import distributed
+
+    from tlsearch import runner
+    from tlsearch.stores import Stores
+    from tlsearch.worker_setup import host_cores
+
+    custom = StudySpec(name="custom", dataset="sklearn:digits", space={}, cv=2, n_trials=2,
+                       model=CustomLoop(lambda params, fold, report: 0.5))
+    keras_study = StudySpec(name="keras", dataset="sklearn:digits", space=SMALL_MLP, cv=2, n_trials=1,
+                            model=KerasModel(build_mlp, epochs=1))
+    stores = Stores(home=tmp_path)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as local:
+        with distributed.Client(local) as client:
+            runner.run(custom, stores=stores, client=client, progress="off")
+            assert set(client.run(_backend_state).values()) == {None}
+            study = runner.run(keras_study, stores=stores, client=client, progress="off")
+            assert study.trials[0].state == TrialState.COMPLETE
+            share = max(1, host_cores() // 2)
+            assert set(client.run(_backend_state).values()) == {(share, share, True)}

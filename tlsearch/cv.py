@@ -121,6 +121,15 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
     trainer = trainer_for(spec, arrays)
     recorder = _ResultRecorder(trial, spec, {"dataset_hash": dataset_hash, "fold_plan_hash": fold_plan_hash,
                                              "n_splits": len(folds)})
+    try:
+        return _run_folds(trial, spec, arrays, folds, params, trainer, recorder, artifact_store)
+    finally:
+        if hasattr(trainer, "close"):  # the Keras trainer keeps the trial's model across its folds
+            trainer.close()
+
+
+def _run_folds(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarray], folds: Sequence[Any],
+               params: dict, trainer: Any, recorder: _ResultRecorder, artifact_store: Any) -> float | list[float]:
     reports_fold_scores = isinstance(trial.study.pruner, optuna.pruners.WilcoxonPruner)
     kept: dict[str, np.ndarray] = {}
     for index, rows in enumerate(folds):

@@ -403,6 +403,7 @@ class _Dispatcher:
     def run(self) -> tuple[str, str]:
         """Dispatch until the budget is spent or the run is stopped; (why it ended, detail)."""
         client = self.client
+        cluster.prepare_workers(client, self.spec)
         client.register_plugin(cluster.DatasetPrefetch(self.stores, self.dataset_ref))
         self.spec_future = client.scatter(pack_spec(self.spec), broadcast=True)
         link = cluster.dashboard_link(client)

@@ -20,13 +20,19 @@ from tlsearch.models._base import (
     NonFiniteScoreError,
     is_class_labels,
 )
-from tlsearch.models._keras import Target, describe_target, import_keras  # imports keras only when called
+from tlsearch.models._keras import (  # import keras only when called
+    Target,
+    describe_target,
+    import_keras,
+    prepare_worker,
+)
 
 if TYPE_CHECKING:
     from tlsearch.study import StudySpec
 
 __all__ = ["Fold", "FoldResult", "FoldTrainer", "NonFiniteLossError", "NonFiniteScoreError", "Target",
-           "derive_seed", "describe_target", "fit_full", "import_keras", "is_class_labels", "trainer_for"]
+           "derive_seed", "describe_target", "fit_full", "import_keras", "is_class_labels", "trainer_for",
+           "prepare_worker"]
 
 
 def derive_seed(*parts: Any) -> int:

@@ -1,4 +1,4 @@
-"""Keras adapter: build a fresh compiled model per fold, fit it on the fold's rows, score it, free it.
+"""Keras adapter: build a compiled model per fold, fit it on the fold's rows, score it, free it with the trial.
 
 Keras is imported here, on first use, so scikit-learn studies never pay for TensorFlow. Only the Keras 3
 API is used, so KERAS_BACKEND (tensorflow by default, jax, torch) picks the backend.
@@ -7,7 +7,9 @@ API is used, so KERAS_BACKEND (tensorflow by default, jax, torch) picks the back
 from __future__ import annotations
 
 import gc
+import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,29 +23,56 @@ if TYPE_CHECKING:
     from tlsearch.study import KerasModel, StudySpec
 
 _keras_ready = False
+_import_lock = threading.Lock()  # a worker imports Keras in the background while its first trial may start
+_cpu_threads: int | None = None  # set in worker processes: see prepare_worker
+
+
+def prepare_worker(cpu_threads: int) -> None:
+    """Make this process a trial worker: from the Keras import on, the backend runs CPU operations on
+    `cpu_threads` threads (intra-op and inter-op; TensorFlow only, and only before its first operation),
+    and the objects the import creates are moved out of the garbage collector's sight (gc.freeze).
+
+    Keras and TensorFlow create hundreds of thousands of long-lived objects at import; every full collection
+    walks them all, about a second each on a small machine, and a worker collects after every trial.
+    """
+    global _cpu_threads
+    _cpu_threads = cpu_threads
 
 
 def import_keras() -> Any:
     """Import keras once per process, with GPU memory allocated on demand rather than all at start."""
     global _keras_ready
-    if _keras_ready:
-        import keras
+    with _import_lock:
+        if not _keras_ready:
+            _prepare_backend()
+            if _cpu_threads is not None:
+                gc.freeze()
+            _keras_ready = True
+    import keras
 
-        return keras
+    return keras
+
+
+def _prepare_backend() -> None:
     # JAX reads this at its own import: without it, every worker process would reserve 75% of each GPU.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import keras
 
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # already imported by keras: costs nothing more
+    if keras.backend.backend() != "tensorflow":
+        return
+    import tensorflow as tf  # already imported by keras: costs nothing more
 
-        for gpu in tf.config.list_physical_devices("GPU"):
-            try:
-                tf.config.experimental.set_memory_growth(gpu, True)
-            except RuntimeError:  # the GPU was initialised before us: its setting stays as it is
-                pass
-    _keras_ready = True
-    return keras
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:  # the GPU was initialised before us: its setting stays as it is
+            pass
+    if _cpu_threads is not None:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(_cpu_threads)
+            tf.config.threading.set_inter_op_parallelism_threads(_cpu_threads)
+        except RuntimeError:  # TensorFlow already ran an operation here: its thread pools stay as they are
+            pass
 
 
 def _tensorflow_gradient_registry(keras: Any) -> dict | None:
@@ -160,8 +189,55 @@ class _KerasRegressorView:
         return predictions[:, 0] if predictions.ndim == 2 and predictions.shape[1] == 1 else predictions
 
 
+def _structure(model: Any) -> str | None:
+    """What two compiled models built from the same params must share for one to stand in for the other:
+    their classes, configs and compile settings with the names Keras numbers per build (layers, the optimizer)
+    replaced by positions, and their variables' shapes and dtypes. None when the model cannot describe itself
+    (it is then never reused)."""
+    try:
+        layers, pending = [model], [model]
+        while pending:
+            inner = getattr(pending.pop(), "layers", None) or []
+            layers += inner
+            pending += inner
+        config = [type(model).__qualname__, model.get_config(), model.get_compile_config()]
+        positions = {layer.name: f"#{position}" for position, layer in enumerate(layers)}
+        positions[model.optimizer.name] = "#optimizer"
+        shapes = [(tuple(variable.shape), str(variable.dtype)) for variable in model.variables]
+        return json.dumps([_renamed(config, positions), shapes], sort_keys=True, default=repr)
+    except Exception:  # a subclassed model or custom object without a serialisable config
+        return None
+
+
+def _renamed(value: Any, names: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return names.get(value, value)
+    if isinstance(value, dict):
+        return {key: _renamed(item, names) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_renamed(item, names) for item in value]
+    return value
+
+
+def _load_initial_state(model: Any, fresh: Any) -> bool:
+    """Give `model` the untrained state of `fresh` (same structure): its variables (weights, seed generators)
+    and its optimizer's variables as built before the first step. False when the optimizers differ."""
+    fresh.optimizer.build(fresh.trainable_variables)
+    pairs = [*zip(model.variables, fresh.variables), *zip(model.optimizer.variables, fresh.optimizer.variables)]
+    if (len(model.optimizer.variables) != len(fresh.optimizer.variables)
+            or any(tuple(mine.shape) != tuple(theirs.shape) for mine, theirs in pairs)):
+        return False
+    for mine, theirs in pairs:
+        mine.assign(theirs)
+    return True
+
+
 class KerasTrainer:
     """Runs `spec.model` (a KerasModel) on each fold.
+
+    Later folds of a trial train the model of its first fold, reset to the initial state of a model
+    freshly built (with the fold's seed) for that fold: the same scores as training the fresh model,
+    without tracing the training functions again. `close()` frees the trial's model.
 
     Scores: "loss" and any metric the compiled model reports (model.evaluate) are taken from Keras;
     any other name is a scikit-learn scorer, applied to the model's predictions.
@@ -175,29 +251,36 @@ class KerasTrainer:
         self._return_train_score = spec.return_train_score
         self._keep_predictions = spec.keep_predictions
         self._eval_batch_size = max(self._model_spec.batch_size, 256)
+        self._trained: Any = None  # the trial's traced model, reused by its later folds; see _reuse_trained
+        self._trained_structure: Any = None
+        self._gradients_before: set[str] | None = None
 
     def run(self, params: dict, fold: Fold) -> FoldResult:
         keras = import_keras()
-        gradients_before = _custom_gradient_names(keras)
-        try:
-            started = time.perf_counter()
-            model, n_epochs = self._fit(keras, params, fold.x_train, fold.y_train, fold.sample_weight, fold.seed,
-                                        self._user_callbacks(fold))
-            fit_time = time.perf_counter() - started
-            started = time.perf_counter()
-            test_scores = self._score(model, fold.x_valid, fold.y_valid)
-            score_time = time.perf_counter() - started
-            train_scores = self._score(model, fold.x_train, fold.y_train) if self._return_train_score else None
-            predictions = (self._estimator_view(model).predict(fold.x_valid) if self._keep_predictions
-                           else None)
-        finally:
-            # Free the fold's graph and weights: a worker runs many trials and must not grow.
-            model = None
-            _forget_custom_gradients(keras, gradients_before)
-            keras.backend.clear_session()
-            gc.collect()
+        if self._gradients_before is None:
+            self._gradients_before = _custom_gradient_names(keras)
+        started = time.perf_counter()
+        model, n_epochs = self._fit(keras, params, fold.x_train, fold.y_train, fold.sample_weight, fold.seed,
+                                    self._user_callbacks(fold), reuse=True)
+        fit_time = time.perf_counter() - started
+        started = time.perf_counter()
+        test_scores = self._score(model, fold.x_valid, fold.y_valid)
+        score_time = time.perf_counter() - started
+        train_scores = self._score(model, fold.x_train, fold.y_train) if self._return_train_score else None
+        predictions = self._estimator_view(model).predict(fold.x_valid) if self._keep_predictions else None
         return FoldResult(test_scores=test_scores, fit_time=fit_time, score_time=score_time,
                           train_scores=train_scores, n_epochs=n_epochs, predictions=predictions)
+
+    def close(self) -> None:
+        """Free the trial's model, graphs and weights: a worker runs many trials and must not grow."""
+        if self._trained is None and self._gradients_before is None:
+            return
+        keras = import_keras()
+        self._trained = None
+        _forget_custom_gradients(keras, self._gradients_before)
+        self._gradients_before = None
+        keras.backend.clear_session()
+        gc.collect()
 
     def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
                  seed: int) -> Any:
@@ -210,7 +293,7 @@ class KerasTrainer:
         return [] if factory is None else list(factory(fold.trial_number, fold.index))
 
     def _fit(self, keras: Any, params: dict, x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
-             seed: int, user_callbacks: list = ()) -> tuple[Any, int]:
+             seed: int, user_callbacks: list = (), reuse: bool = False) -> tuple[Any, int]:
         spec = self._model_spec
         keras.utils.set_random_seed(seed)
         x, y = _as_inputs(x), self._target.encode(y)
@@ -227,14 +310,34 @@ class KerasTrainer:
             callbacks.append(keras.callbacks.EarlyStopping(monitor="val_loss", patience=spec.early_stopping,
                                                            restore_best_weights=True))
         callbacks.extend(user_callbacks)
-        model = spec.build(params, self._input_shape, self._target.n_classes)
+        model = self._build(keras, params)
+        if reuse:
+            model = self._reuse_trained(model)
+        history = model.fit(x, y, epochs=spec.epochs, batch_size=spec.batch_size, validation_data=validation_data,
+                            sample_weight=sample_weight, callbacks=callbacks, verbose=0, **spec.fit_kwargs)
+        return model, len(history.epoch)
+
+    def _build(self, keras: Any, params: dict) -> Any:
+        model = self._model_spec.build(params, self._input_shape, self._target.n_classes)
         if not isinstance(model, keras.Model):
             raise TypeError(f"KerasModel.build returned {type(model).__name__}, not a keras.Model")
         if not getattr(model, "compiled", False):
             raise TypeError("KerasModel.build returned a model that is not compiled: call model.compile(...) in build")
-        history = model.fit(x, y, epochs=spec.epochs, batch_size=spec.batch_size, validation_data=validation_data,
-                            sample_weight=sample_weight, callbacks=callbacks, verbose=0, **spec.fit_kwargs)
-        return model, len(history.epoch)
+        return model
+
+    def _reuse_trained(self, fresh: Any) -> Any:
+        """The model to train on this fold: the trial's model trained on an earlier fold, with `fresh`'s
+        initial state copied in, when both have the same structure; else `fresh`, kept for the next fold.
+
+        Rebuilding is cheap; the first fit of a model is not (Keras traces and builds its training and
+        evaluation functions), so later folds of a trial train the already traced model.
+        """
+        structure = _structure(fresh)
+        if (self._trained is not None and structure is not None and structure == self._trained_structure
+                and _load_initial_state(self._trained, fresh)):
+            return self._trained
+        self._trained, self._trained_structure = fresh, structure
+        return fresh
 
     def score(self, model: Any, x: np.ndarray, y: np.ndarray) -> list[float]:
         """The study's metrics of a trained model on rows x, y."""
