@@ -7,7 +7,9 @@ scikit-learn's digits, k-fold (default 5 folds x 10 epochs):
   - tlsearch: `tlsearch.run` on a LocalCluster of one worker process, embedded stores.
 hand and warm raw run in a fresh Python process each, so each pays its own imports as tlsearch's worker does.
 Per-trial medians after the first (warm-up) trial; first-trial latency (for tlsearch: from `run` called to
-the first trial's end, and the first trial's own duration); ratios. Then a breakdown of a tlsearch trial,
+the first trial's end, and the first trial's own duration); ratios. CPU seconds per trial too (the child's
+process time; for tlsearch, the driver's process tree, sampled): on a machine shared with other work, wall
+times follow the load, CPU times much less. Then a breakdown of a tlsearch trial,
 measured in one process (a threads-only LocalCluster) by timing the engine's own functions: data open,
 build, first fit (compile/trace + fit), later fits, score, cleanup, study-store writes.
 
@@ -121,13 +123,14 @@ def child(mode: str, kind: str, n_trials: int, n_folds: int, epochs: int) -> Non
 
     x, y, folds = digits_folds(n_folds)
     warm = WarmLoop(kind, x.shape[1:]) if mode == "warm" else None
-    durations, scores, first_end = [], [], 0.0
+    durations, cpu, scores, first_end = [], [], [], 0.0
     for number in range(n_trials):
-        begun = time.perf_counter()
+        begun, begun_cpu = time.perf_counter(), time.process_time()
         scores.append(warm.trial(x, y, folds, epochs) if warm else hand_trial(kind, x, y, folds, epochs, number))
         durations.append(time.perf_counter() - begun)
+        cpu.append(time.process_time() - begun_cpu)
         first_end = first_end or time.perf_counter()
-    print(json.dumps({"durations": durations, "scores": scores, "import_and_first": first_end - started}))
+    print(json.dumps({"durations": durations, "cpu": cpu, "scores": scores, "import_and_first": first_end - started}))
 
 
 def run_child(mode: str, kind: str, args) -> dict:
@@ -158,15 +161,53 @@ def run_tlsearch(kind: str, args, home: Path) -> dict:
     from tlsearch.stores import Stores
 
     started = time.time()
-    study = tlsearch.run(study_spec(kind, args.trials, args.folds, args.epochs), stores=Stores(home=home),
-                         n_workers=1, progress="off")
+    with CpuSampler() as sampler:
+        study = tlsearch.run(study_spec(kind, args.trials, args.folds, args.epochs), stores=Stores(home=home),
+                             n_workers=1, progress="off")
     trials = sorted(study.trials, key=lambda trial: trial.number)
     bad = [trial for trial in trials if trial.state.name != "COMPLETE"]
     if bad:
         raise RuntimeError(f"tlsearch trial failed: {bad[0].user_attrs.get('error_message')}")
     durations = [trial.duration.total_seconds() for trial in trials]
-    return {"durations": durations, "scores": [trial.value for trial in trials],
-            "import_and_first": trials[0].datetime_complete.timestamp() - started}
+    ends = [trial.datetime_complete.timestamp() for trial in trials]
+    cpu = [sampler.at(end) - sampler.at(begin) for begin, end in zip([started, *ends], ends)]
+    return {"durations": durations, "cpu": cpu, "scores": [trial.value for trial in trials],
+            "import_and_first": ends[0] - started}
+
+
+class CpuSampler:
+    """Samples the CPU seconds of this process and its children (the local cluster) every 0.1 s."""
+
+    def __enter__(self) -> CpuSampler:
+        import threading
+
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0.0
+            for process in [me, *me.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    times = process.cpu_times()
+                    total += times.user + times.system
+            self.samples.append((time.time(), total))
+            self._stop.wait(0.1)
+
+    def at(self, moment: float) -> float:
+        """CPU seconds used by `moment` (the last sample before it)."""
+        before = [cpu for when, cpu in self.samples if when <= moment]
+        return before[-1] if before else 0.0
 
 
 # --- where a tlsearch trial's time goes --------------------------------------------------------------------------
@@ -262,18 +303,20 @@ def summary(figures: dict) -> tuple[float, float, float]:
 def print_table(kind: str, rows: dict[str, dict], args) -> None:
     print(f"\n{kind}: digits, {args.folds} folds x {args.epochs} epochs, batch {BATCH_SIZE}, "
           f"{args.trials} trials each (median of trials 2..{args.trials})")
-    print(f"{'':10} {'s/trial':>8} {'first trial':>12} {'start->1st end':>15} {'mean score':>11}")
-    medians = {}
+    print(f"{'':10} {'s/trial':>8} {'CPU s/trial':>12} {'first trial':>12} {'start->1st end':>15} {'mean score':>11}")
+    medians, cpu = {}, {}
     for name, figures in rows.items():
         median, first, latency = summary(figures)
-        medians[name] = median
-        print(f"{name:10} {median:8.2f} {first:12.2f} {latency:15.2f} {np.mean(figures['scores']):11.4f}")
+        medians[name], cpu[name] = median, statistics.median(figures["cpu"][1:] or figures["cpu"])
+        print(f"{name:10} {median:8.2f} {cpu[name]:12.2f} {first:12.2f} {latency:15.2f} "
+              f"{np.mean(figures['scores']):11.4f}")
     if "tlsearch" in medians:
         ours = medians["tlsearch"]
         first = rows["tlsearch"]["durations"][0]
         for name in ("hand", "warm raw"):
             if name in medians:
-                print(f"tlsearch / {name}: {ours / medians[name]:.2f}x the time a trial")
+                print(f"tlsearch / {name}: {ours / medians[name]:.2f}x the time a trial, "
+                      f"{cpu['tlsearch'] / cpu[name]:.2f}x the CPU (the CPU ratio holds on a busy machine)")
         print(f"tlsearch first trial / later trial: {first / ours:.2f}x")
         print("targets: tlsearch/hand <= 0.67, tlsearch/warm raw <= 1.2, first/later <= 2")
 

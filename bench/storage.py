@@ -269,7 +269,7 @@ def run(places: dict[str, str], args: argparse.Namespace) -> dict[tuple[str, str
     for repeat in range(args.repeat):
         for kind in kinds[repeat % len(kinds):] + kinds[: repeat % len(kinds)]:
             where = places[kind]
-            database = f"bench_{os.getpid()}_{repeat}"
+            database = f"bench_{os.getpid()}_{repeat}_{kind}"  # postgres and grpc share one database
             for width in args.widths:
                 counter = CommandCounter() if kind == "mongo" and width == 1 else None
                 figure = tpe_throughput(kind, where, f"{database}_t{width}", args.tpe_trials, width, counter)
