@@ -90,7 +90,7 @@ class Study:
     arrays: dict
     n_folds: int
     truth: Callable[[dict], float] | None = None  # the known expected score of params (synthetic only)
-    cheap: bool = True  # whether every pick along the way is re-evaluated (compute to reach)
+    cheap: bool = True  # whether every pick along the way is re-evaluated (compute to reach): synthetic only
 
 
 SYNTHETIC_NOISE = 0.015
@@ -144,7 +144,7 @@ def gboost_study() -> Study:
                          pruner=pruner, seed=seed)
 
     X, y = load_breast_cancer(return_X_y=True)
-    return Study("gboost", make_spec, {"X": X, "y": y}, 5)
+    return Study("gboost", make_spec, {"X": X, "y": y}, 5, cheap=False)
 
 
 def keras_study(study_file: str, n_folds: int, cheap: bool) -> Study:
@@ -300,8 +300,8 @@ def print_table(rows: list[dict]) -> None:
 
 PLANS = {  # study -> (trials of a no-pruning budget, seeds), full and --quick
     "synthetic": ((60, 10), (40, 5)),
-    "gboost": ((40, 5), (20, 3)),
-    "mlp": ((24, 3), (8, 1)),
+    "gboost": ((40, 5), (20, 2)),
+    "mlp": ((24, 3), (6, 1)),
     "cnn": ((20, 3), (6, 1)),
 }
 
@@ -344,6 +344,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  seed {seed} {key:18} trials {done.trials:3d} pruned {done.pruned:3d} folds {done.folds:4d} "
                       f"CPU {done.cpu_seconds:6.1f} s", flush=True)
         rows += summarise(study, runs, Reevaluator(study))
+        if len(args.studies) > 1:
+            print_table([row for row in rows if row["study"] == name])  # a study's figures as soon as it ends
     print_table(rows)
 
 
