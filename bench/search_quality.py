@@ -249,11 +249,12 @@ def summarise(study: Study, runs: dict[str, list[Search]], reevaluate: Reevaluat
             for done in searches:
                 for _, params in done.picks:
                     reevaluate(params)
+    final_scores = {name: [reevaluate(done.picks[-1][1]) for done in searches] for name, searches in runs.items()}
     best_known = max(reevaluate.cache.values()) if study.truth is None else synthetic_truth(
         {**{f"x{i}": c for i, c in enumerate(SYNTHETIC_CENTRE)}, "kind": "a"})
     rows = []
     for name, searches in runs.items():
-        scores = [reevaluate(done.picks[-1][1]) for done in searches]
+        scores = final_scores[name]
         reach = [_compute_to_reach(done, reevaluate, best_known) for done in searches] if study.cheap else None
         rows.append({
             "study": study.name, "strategy": name,
