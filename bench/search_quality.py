@@ -21,8 +21,12 @@ fold splits with fresh seeds, mean (the synthetic study's truth instead); regret
 score - the pick's; the compute spent when the pick was first within 0.5% of the best known (cheap studies
 only; "-" if never); each ratio to no pruning.
 
-    python bench/search_quality.py --quick          # all four studies, small budgets (about 10 minutes)
-    python bench/search_quality.py                  # 5 seeds (3 for Keras), full budgets
+    python bench/search_quality.py --quick          # all four studies, small budgets (see below)
+    python bench/search_quality.py                  # 10 seeds synthetic, 5 gboost, 3 Keras, full budgets
+
+CPU cost measured on 2 cores shared with other jobs: a synthetic search is about 1 CPU-s, a gboost one 20-40
+CPU-s, a Keras MLP one (6 trials x 3 folds) about 125 CPU-s; so --quick fits 10 minutes only for
+`--studies synthetic gboost` on an idle machine, and the Keras studies need hours there (a GPU or more cores).
     python bench/search_quality.py --studies synthetic gboost --seeds 10
 """
 
