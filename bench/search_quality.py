@@ -21,8 +21,12 @@ fold splits with fresh seeds, mean (the synthetic study's truth instead); regret
 score - the pick's; the compute spent when the pick was first within 0.5% of the best known (cheap studies
 only; "-" if never); each ratio to no pruning.
 
-    python bench/search_quality.py --quick          # all four studies, small budgets (about 10 minutes)
-    python bench/search_quality.py                  # 5 seeds (3 for Keras), full budgets
+    python bench/search_quality.py --quick          # all four studies, small budgets (see below)
+    python bench/search_quality.py                  # 10 seeds synthetic, 5 gboost, 3 Keras, full budgets
+
+CPU cost measured on 2 cores shared with other jobs: a synthetic search is about 1 CPU-s, a gboost one 20-40
+CPU-s, a Keras MLP one (6 trials x 3 folds) about 125 CPU-s; so --quick fits 10 minutes only for
+`--studies synthetic gboost` on an idle machine, and the Keras studies need hours there (a GPU or more cores).
     python bench/search_quality.py --studies synthetic gboost --seeds 10
 """
 
@@ -90,7 +94,7 @@ class Study:
     arrays: dict
     n_folds: int
     truth: Callable[[dict], float] | None = None  # the known expected score of params (synthetic only)
-    cheap: bool = True  # whether every pick along the way is re-evaluated (compute to reach)
+    cheap: bool = True  # whether every pick along the way is re-evaluated (compute to reach): synthetic only
 
 
 SYNTHETIC_NOISE = 0.015
@@ -144,7 +148,7 @@ def gboost_study() -> Study:
                          pruner=pruner, seed=seed)
 
     X, y = load_breast_cancer(return_X_y=True)
-    return Study("gboost", make_spec, {"X": X, "y": y}, 5)
+    return Study("gboost", make_spec, {"X": X, "y": y}, 5, cheap=False)
 
 
 def keras_study(study_file: str, n_folds: int, cheap: bool) -> Study:
@@ -249,11 +253,12 @@ def summarise(study: Study, runs: dict[str, list[Search]], reevaluate: Reevaluat
             for done in searches:
                 for _, params in done.picks:
                     reevaluate(params)
+    final_scores = {name: [reevaluate(done.picks[-1][1]) for done in searches] for name, searches in runs.items()}
     best_known = max(reevaluate.cache.values()) if study.truth is None else synthetic_truth(
         {**{f"x{i}": c for i, c in enumerate(SYNTHETIC_CENTRE)}, "kind": "a"})
     rows = []
     for name, searches in runs.items():
-        scores = [reevaluate(done.picks[-1][1]) for done in searches]
+        scores = final_scores[name]
         reach = [_compute_to_reach(done, reevaluate, best_known) for done in searches] if study.cheap else None
         rows.append({
             "study": study.name, "strategy": name,
@@ -300,8 +305,8 @@ def print_table(rows: list[dict]) -> None:
 
 PLANS = {  # study -> (trials of a no-pruning budget, seeds), full and --quick
     "synthetic": ((60, 10), (40, 5)),
-    "gboost": ((40, 5), (20, 3)),
-    "mlp": ((24, 3), (8, 1)),
+    "gboost": ((40, 5), (20, 2)),
+    "mlp": ((24, 3), (6, 1)),
     "cnn": ((20, 3), (6, 1)),
 }
 
@@ -344,6 +349,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  seed {seed} {key:18} trials {done.trials:3d} pruned {done.pruned:3d} folds {done.folds:4d} "
                       f"CPU {done.cpu_seconds:6.1f} s", flush=True)
         rows += summarise(study, runs, Reevaluator(study))
+        if len(args.studies) > 1:
+            print_table([row for row in rows if row["study"] == name])  # a study's figures as soon as it ends
     print_table(rows)
 
 
