@@ -35,7 +35,7 @@ import psutil
 import pymongo
 
 import tlsearch
-from tlsearch import cluster, runner
+from tlsearch import cluster, driver
 from tlsearch.stores import Stores
 
 FOLDS, FOLD_SECONDS = 5, 0.2
@@ -81,7 +81,7 @@ def run_ours(width: int, n_trials: int, stores: Stores, client: distributed.Clie
     """Wall time, per-trial overhead, the one-time study set-up (open the study, the dataset and its fold plan,
     register the worker plugins, scatter the study definition) before the first trial starts, CPU per trial."""
     started, started_at, cpu = time.perf_counter(), datetime.datetime.now(), tree_cpu()
-    study = runner.run(spec(f"ours-{width}-{tag}", n_trials), stores=stores, client=client,
+    study = driver.run(spec(f"ours-{width}-{tag}", n_trials), stores=stores, client=client,
                        progress="off")
     wall, cpu = time.perf_counter() - started, tree_cpu() - cpu
     setup = (min(t.datetime_start for t in study.trials) - started_at).total_seconds()

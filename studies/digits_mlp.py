@@ -13,7 +13,7 @@ def build(params, input_shape, n_classes):
     return compile_model(model, params["optimizer"], n_classes)
 
 
-study = tlsearch.StudySpec(
+spec = tlsearch.StudySpec(
     name="digits-mlp",
     dataset="sklearn:digits",
     space=space,

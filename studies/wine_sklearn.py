@@ -2,7 +2,7 @@
 import tlsearch
 from search_spaces.tree_ensembles import make_random_forest, random_forest
 
-study = tlsearch.StudySpec(
+spec = tlsearch.StudySpec(
     name="wine-random-forest",
     dataset="sklearn:wine",
     space=lambda trial: random_forest(trial, n_estimators=(20, 200)),

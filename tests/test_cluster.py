@@ -11,7 +11,7 @@ import distributed
 import pytest
 from optuna.trial import TrialState
 
-from tlsearch import cluster, runner
+from tlsearch import cluster, driver
 from tlsearch.stores import Stores
 from tlsearch.study import load_study_file
 
@@ -40,7 +40,7 @@ def test_worker_command_joins_a_scheduler_and_runs_trials(tmp_path):
             with distributed.Client(empty) as client:
                 client.wait_for_workers(1, timeout=60)
                 assert cluster.trial_resources(client) is None  # a CPU worker offers no GPU share
-            study = runner.run(load_study_file(study_file), stores=Stores(home=tmp_path),
+            study = driver.run(load_study_file(study_file), stores=Stores(home=tmp_path),
                                scheduler=empty.scheduler_address, progress="off")
         finally:
             os.killpg(worker.pid, signal.SIGINT)

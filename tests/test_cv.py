@@ -13,8 +13,9 @@ from sklearn.metrics import make_scorer, mean_absolute_error
 from sklearn.model_selection import KFold, StratifiedKFold, cross_validate
 
 from tlsearch.cv import AutoKFold, describe_failure, evaluate, is_infrastructure_error
-from tlsearch.models import NonFiniteLossError, NonFiniteScoreError, derive_seed
+from tlsearch.models import NonFiniteLossError, NonFiniteScoreError
 from tlsearch.pruners import KFoldPruner
+from tlsearch.seeds import derive_seed
 from tlsearch.spaces import InvalidSpaceError
 from tlsearch.study import CustomLoop, SklearnModel, StudySpec
 
@@ -25,9 +26,15 @@ def logistic(params):
     return LogisticRegression(C=params["C"], max_iter=3000)
 
 
+def memory_study(spec):
+    """An in-memory study as the driver opens one (name, directions, sampler, pruner)."""
+    return optuna.create_study(study_name=spec.name, directions=list(spec.directions), sampler=spec.sampler,
+                               pruner=spec.pruner)
+
+
 def run(spec, arrays, study=None, **kwargs):
     """Ask a trial of an in-memory study, evaluate it, tell the result; return the frozen trial."""
-    study = study or spec.create_study()
+    study = study or memory_study(spec)
     folds = list(spec.cv.split(arrays["X"], arrays["y"], arrays.get("groups")))
     trial = study.ask()
     try:
@@ -101,7 +108,7 @@ def test_hopeless_trial_is_pruned_after_its_first_fold(digits):
     spec = StudySpec(name="prune", dataset="sklearn:digits", model=SklearnModel(choose_model),
                      space=lambda t: {"model": t.suggest_categorical("model", ["good", "dummy"])},
                      pruner=KFoldPruner(n_startup_trials=3), cv=4)
-    study = spec.create_study()
+    study = memory_study(spec)
     for model in ("good", "good", "good", "dummy"):
         study.enqueue_trial({"model": model})
     good = [run(spec, digits, study) for _ in range(3)]
@@ -166,7 +173,7 @@ def test_custom_loop_gets_fold_arrays_and_reports_a_curve(digits):
 
 def test_non_finite_score_fails_the_trial(digits):
     spec = StudySpec(name="nan", dataset="sklearn:digits", space={}, model=CustomLoop(lambda p, f, r: float("nan")))
-    study = spec.create_study()
+    study = memory_study(spec)
     trial = study.ask()
     with pytest.raises(NonFiniteScoreError, match="fold 0: test score is nan"):
         evaluate(trial, spec, digits, list(spec.cv.split(digits["X"], digits["y"])))
@@ -177,7 +184,7 @@ def test_errors_in_user_code_propagate_and_are_described(digits):
         raise ValueError("no such kernel: 'rbff'")
 
     spec = StudySpec(name="broken", dataset="sklearn:digits", space={}, model=SklearnModel(broken_factory))
-    trial = spec.create_study().ask()
+    trial = memory_study(spec).ask()
     with pytest.raises(ValueError) as raised:
         evaluate(trial, spec, digits, list(spec.cv.split(digits["X"], digits["y"])))
     description = describe_failure(raised.value)
@@ -188,7 +195,7 @@ def test_errors_in_user_code_propagate_and_are_described(digits):
 
     spec = StudySpec(name="not-a-dict", dataset="sklearn:digits", space=lambda t: 3, model=SklearnModel(logistic))
     with pytest.raises(InvalidSpaceError, match="returned int"):
-        evaluate(spec.create_study().ask(), spec, digits, [])
+        evaluate(memory_study(spec).ask(), spec, digits, [])
 
 
 class ResourceExhaustedError(Exception):

@@ -1,4 +1,4 @@
-"""Model adapters with Keras (the only test file that imports TensorFlow) and fit_full."""
+"""Model kinds and their trainers with Keras (the only test file that imports TensorFlow), and fit_full."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from sklearn.neighbors import KNeighborsClassifier
 
 from search_spaces.mlp import make_mlp
 from search_spaces.optimizers import compile_model
+from tests.test_cv import memory_study
 from tlsearch.cv import describe_failure, evaluate
-from tlsearch.models import NonFiniteLossError, fit_full
+from tlsearch.models import NonFiniteLossError
 from tlsearch.study import CustomLoop, KerasModel, SklearnModel, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -27,7 +28,7 @@ def build_mlp(params, input_shape, n_classes):
 
 
 def run(spec, arrays):
-    study = spec.create_study()
+    study = memory_study(spec)
     trial = study.ask()
     folds = list(spec.cv.split(arrays["X"], arrays["y"]))
     study.tell(trial, evaluate(trial, spec, arrays, folds))
@@ -48,7 +49,7 @@ def test_keras_mlp_on_digits_three_folds(digits):
     assert attrs["mean_test_score"] == pytest.approx(np.mean(scores)) == trial.value
     assert attrs["mean_train_score"] > 0.6 and list(trial.intermediate_values) == [0, 1, 2]
     # the same study, trial number and fold give the same seeds: a re-run reproduces the fold's score
-    study = spec.create_study()
+    study = memory_study(spec)
     rerun = study.ask()
     evaluate(rerun, spec, digits, list(spec.cv.split(digits["X"], digits["y"]))[:1])
     assert study.trials[0].user_attrs["split0_test_score"] == pytest.approx(scores[0], abs=1e-6)
@@ -122,6 +123,11 @@ def test_builder_errors_propagate(digits):
         run(StudySpec(name="uncompiled", dataset="d", space={}, model=KerasModel(uncompiled), cv=2), digits)
 
 
+def fit_full(spec, params, X, y):
+    """What `tlsearch refit` trains: the model kind's trainer on all rows."""
+    return spec.model.trainer(spec, {"X": X, "y": y}).fit_full(params, X, y, None, 0)
+
+
 def test_fit_full_returns_trained_models(digits):
     X, y = np.asarray(digits["X"]), np.asarray(digits["y"])
     keras_spec = StudySpec(name="full", dataset="d", space=SMALL_MLP, model=KerasModel(build_mlp, epochs=2))
@@ -189,7 +195,7 @@ def _backend_state():
 def test_workers_run_keras_on_their_share_of_the_cores_and_only_keras_studies_import_it(tmp_path):
     import distributed
 
-    from tlsearch import runner
+    from tlsearch import driver
     from tlsearch.stores import Stores
     from tlsearch.worker_setup import host_cores
 
@@ -200,9 +206,9 @@ def test_workers_run_keras_on_their_share_of_the_cores_and_only_keras_studies_im
     stores = Stores(home=tmp_path)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as local:
         with distributed.Client(local) as client:
-            runner.run(custom, stores=stores, client=client, progress="off")
+            driver.run(custom, stores=stores, client=client, progress="off")
             assert set(client.run(_backend_state).values()) == {None}
-            study = runner.run(keras_study, stores=stores, client=client, progress="off")
+            study = driver.run(keras_study, stores=stores, client=client, progress="off")
             assert study.trials[0].state == TrialState.COMPLETE
             share = max(1, host_cores() // 2)
             assert set(client.run(_backend_state).values()) == {(share, share, True)}

@@ -7,7 +7,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from tlsearch import runner
+from tlsearch import driver
 from tlsearch.pruners import KFoldPruner, describe, fold_scores
 from tlsearch.stores import Stores
 from tlsearch.study import load_study_file
@@ -129,7 +129,7 @@ study = tlsearch.StudySpec(
 def test_pruned_trials_of_a_run_record_why(tmp_path):
     path = tmp_path / "study.py"
     path.write_text(STUDY_FILE)
-    study = runner.run(load_study_file(path), stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
+    study = driver.run(load_study_file(path), stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
     pruned = study.get_trials(states=(TrialState.PRUNED,))
     assert pruned, "no trial was pruned"
     complete = {trial.number for trial in study.get_trials(states=(TrialState.COMPLETE,))}

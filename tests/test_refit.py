@@ -10,7 +10,7 @@ import numpy as np
 import optuna
 import pytest
 
-from tlsearch import runner
+from tlsearch import driver, study_attrs
 from tlsearch.errors import TLSearchError
 from tlsearch.refit import UnsafeModelError, load_model, refit
 from tlsearch.stores import Stores
@@ -64,7 +64,7 @@ def _run_and_refit(tmp_path, source, dataset):
     study_file.write_text(source)
     spec = load_study_file(study_file)
     stores = Stores(home=tmp_path / "home")
-    runner.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
+    driver.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
     record, path = refit(spec.name, stores=stores)
     model = load_model(spec.name, stores=stores)
     from sklearn import datasets
@@ -86,7 +86,7 @@ def sklearn_refit(tmp_path_factory):
 
 def test_sklearn_refit_round_trip_in_a_fresh_process(sklearn_refit):
     spec, stores, record, path = sklearn_refit
-    study = runner.load(stores, spec.name)
+    study = study_attrs.load(stores, spec.name)
     assert record.trial_number == study.best_trial.number and record.format == "skops"
     assert record.params == study.best_trial.params and record.cv_score == study.best_value
     assert path.suffix == ".skops"
@@ -99,13 +99,13 @@ def test_keras_refit_round_trip_in_a_fresh_process(tmp_path):
 
 def test_model_of_a_changed_dataset_is_refused(sklearn_refit):
     spec, stores, record, _ = sklearn_refit
-    study = runner.load(stores, spec.name)
-    study._storage.set_study_system_attr(study._study_id, runner.ATTR_DATASET_HASH, "0" * 64)
+    study = study_attrs.load(stores, spec.name)
+    study_attrs.write(study, study_attrs.DATASET_HASH, "0" * 64)
     try:
         with pytest.raises(TLSearchError, match="refit it again"):
             load_model(spec.name, stores=stores)
     finally:
-        study._storage.set_study_system_attr(study._study_id, runner.ATTR_DATASET_HASH, record.dataset_hash)
+        study_attrs.write(study, study_attrs.DATASET_HASH, record.dataset_hash)
 
 
 def test_tampered_model_is_refused(sklearn_refit, tmp_path):
@@ -130,8 +130,8 @@ def test_test_holdout_is_never_cross_validated_and_scores_the_refit(tmp_path):
     study_file.write_text(SKLEARN_STUDY.replace('n_trials=3)', 'n_trials=2, holdout=0.25)'))
     spec = load_study_file(study_file)
     stores = Stores(home=tmp_path / "home")
-    study = runner.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
-    plan = stores.dataset_store().get_fold_plan(runner.system_attrs(study)[runner.ATTR_FOLD_PLAN])
+    study = driver.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
+    plan = stores.dataset_store().get_fold_plan(study_attrs.read(study)[study_attrs.FOLD_PLAN])
     from sklearn.datasets import load_wine
 
     X, y = load_wine(return_X_y=True)

@@ -12,8 +12,9 @@ import numpy as np
 import optuna
 import pytest
 
+from tlsearch import study_attrs
 from tlsearch.report import write_report
-from tlsearch.runner import ATTR_DATASET_HASH
+from tlsearch.study_attrs import DATASET_HASH as ATTR_DATASET_HASH
 
 SECTIONS = ["Timeline", "Optimisation history", "Parameter importances", "Parallel coordinates", "Slice plots",
             "Intermediate values per fold", "Fold scores of the top trials", "Top trials"]
@@ -261,7 +262,7 @@ def test_single_complete_trial_skips_importances(tmp_path):
 
 def test_everything_from_the_study_is_escaped(tmp_path):
     study = _study(HOSTILE)
-    study._storage.set_study_system_attr(study._study_id, ATTR_DATASET_HASH, HOSTILE)
+    study_attrs.write(study, ATTR_DATASET_HASH, HOSTILE)
 
     def objective(trial):
         trial.suggest_categorical(HOSTILE, [HOSTILE, "b"])

@@ -18,7 +18,7 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from tlsearch import cli, runner
+from tlsearch import cli, driver, study_attrs
 from tlsearch.refit import ATTR_REFIT, RefitRecord, UnsafeModelError, _sha256, load_model, refit
 from tlsearch.stores import Stores
 from tlsearch.study import load_study_file
@@ -61,14 +61,14 @@ def refitted(tmp_path_factory, data_dir):
     study_file.write_text(STUDY)
     spec = load_study_file(study_file)
     stores = Stores(home=tmp / "home")
-    runner.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
+    driver.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
     refit(spec.name, stores=stores)
     return stores, spec.name, study_file, tmp
 
 
 def _set_attr(stores, name, key, value):
-    study = runner.load(stores, name)
-    study._storage.set_study_system_attr(study._study_id, key, value)
+    study = study_attrs.load(stores, name)
+    study_attrs.write(study, key, value)
 
 
 def _exec_skops(code: str) -> bytes:
@@ -89,7 +89,7 @@ def test_skops_calling_exec_with_every_hash_updated_is_refused(refitted, tmp_pat
     proof = tmp_path / "proof"
     evil = tmp_path / "evil.skops"
     evil.write_bytes(_exec_skops(f"open({str(proof)!r}, 'w').write('pwned')"))
-    record = RefitRecord(**runner.system_attrs(runner.load(stores, name))[ATTR_REFIT])
+    record = RefitRecord(**study_attrs.read(study_attrs.load(stores, name))[ATTR_REFIT])
     with open(evil, "rb") as file:
         stores.artifact_store().write(record.artifact_id, file)
     _set_attr(stores, name, ATTR_REFIT, asdict(replace(record, sha256=_sha256(evil))))
@@ -106,7 +106,7 @@ def test_model_file_name_from_the_store_never_becomes_a_path(refitted, tmp_path,
     target = tmp_path / "outside" / "proof.skops"
     target.parent.mkdir()
     filename = str(target) if filename == "ABSOLUTE" else filename
-    record = RefitRecord(**runner.system_attrs(runner.load(stores, name))[ATTR_REFIT])
+    record = RefitRecord(**study_attrs.read(study_attrs.load(stores, name))[ATTR_REFIT])
     _set_attr(stores, name, ATTR_REFIT, asdict(replace(record, filename=filename)))
     try:
         with pytest.raises(UnsafeModelError, match="filename"):
@@ -121,7 +121,7 @@ def test_stored_study_file_path_is_never_imported(refitted, tmp_path, monkeypatc
     proof = tmp_path / "proof"
     evil = tmp_path / "evil_study.py"
     evil.write_text(EVIL_STUDY.format(proof=str(proof)))
-    _set_attr(stores, name, runner.ATTR_STUDY_FILE, str(evil))
+    _set_attr(stores, name, study_attrs.STUDY_FILE, str(evil))
     try:
         # On another machine (no record here): refused, the store's path only named as a hint.
         monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "other-machine"))
@@ -136,7 +136,7 @@ def test_stored_study_file_path_is_never_imported(refitted, tmp_path, monkeypatc
                          "--progress", "off"]) == 0
         assert not proof.exists()
     finally:
-        _set_attr(stores, name, runner.ATTR_STUDY_FILE, str(study_file))
+        _set_attr(stores, name, study_attrs.STUDY_FILE, str(study_file))
 
 
 def test_changed_study_file_runs_only_after_a_warning(refitted, tmp_path):
@@ -164,12 +164,12 @@ def test_forged_fold_plan_reference_touches_nothing_outside_the_cache(tmp_path, 
     study_file = tmp_path / "study.py"
     study_file.write_text(STUDY)
     stores = Stores(mongo_uri, mongo_db_name, home=tmp_path / "home")
-    runner.run(load_study_file(study_file), stores=stores, n_workers=1, progress="off", study_file=study_file)
+    driver.run(load_study_file(study_file), stores=stores, n_workers=1, progress="off", study_file=study_file)
     plans = mongo_client[mongo_db_name]["fold_plans"]
     forged = "../../victim"  # cache/plans/../../victim is tmp_path/victim
-    plan = runner.system_attrs(runner.load(stores, "wine-sec"))[runner.ATTR_FOLD_PLAN]
+    plan = study_attrs.read(study_attrs.load(stores, "wine-sec"))[study_attrs.FOLD_PLAN]
     plans.insert_one({**plans.find_one({"_id": plan}), "_id": forged})
-    _set_attr(stores, "wine-sec", runner.ATTR_FOLD_PLAN, forged)
+    _set_attr(stores, "wine-sec", study_attrs.FOLD_PLAN, forged)
     code = cli.main(["resume", "wine-sec", "--mongo", mongo_uri, "--database", mongo_db_name, "--home",
                      str(stores.home), "--n-trials", "4", "--no-report", "--progress", "off"])
     assert code == 1

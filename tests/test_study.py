@@ -14,7 +14,7 @@ from sklearn.model_selection import GroupKFold
 from tlsearch.cv import AutoKFold
 from tlsearch.errors import TLSearchError
 from tlsearch.pruners import KFoldPruner
-from tlsearch.spaces import InvalidSpaceError
+from tlsearch.spaces import InvalidSpaceError, check_space
 from tlsearch.study import (
     CustomLoop,
     KerasModel,
@@ -72,8 +72,7 @@ def test_multi_objective():
     assert study.is_multi_objective and study.direction is None
     assert study.metric_names == ("accuracy", "neg_log_loss")
     assert isinstance(study.pruner, optuna.pruners.NopPruner)
-    created = study.create_study()
-    assert len(created.directions) == 2
+    assert len(study.directions) == 2
 
 
 @pytest.mark.parametrize("overrides, words", [
@@ -119,7 +118,7 @@ def test_keras_model_validates(kwargs, words):
 
 def test_check_fails_on_an_unsampleable_space():
     with pytest.raises(InvalidSpaceError, match="'bad-space'.*'C'"):
-        spec(name="bad-space", space=lambda t: {"C": t.suggest_float("C", 0, 1, log=True)}).check()
+        check_space(lambda t: {"C": t.suggest_float("C", 0, 1, log=True)}, "bad-space")
 
 
 def write(path: Path, text: str) -> Path:
@@ -158,7 +157,7 @@ def test_load_study_file_errors(tmp_path):
         load_study_file(write(tmp_path / "syntax.py", "def (:\n"))
     with pytest.raises(StudyFileError, match="failed to import.*StudySpecError: StudySpec.name"):
         load_study_file(write(tmp_path / "invalid.py", GOOD_FILE.format(name="")))
-    with pytest.raises(StudyFileError, match="defines no module variable `study`"):
+    with pytest.raises(StudyFileError, match="defines no module variable `spec`"):
         load_study_file(write(tmp_path / "empty.py", "x = 1\n"))
     with pytest.raises(StudyFileError, match="is a dict, not a tlsearch.StudySpec"):
         load_study_file(write(tmp_path / "wrong.py", "study = {}\n"))
@@ -167,7 +166,7 @@ def test_load_study_file_errors(tmp_path):
 @pytest.mark.parametrize("file_name", ["digits_mlp.py", "wine_sklearn.py", "images_cnn.py"])
 def test_shipped_study_files_load_and_check(file_name):
     study = load_study_file(STUDIES / file_name)
-    study.check()
+    check_space(study.space, study.name)
     assert study.dataset.startswith("sklearn:") and study.n_trials
 
 
@@ -181,7 +180,7 @@ def test_loading_a_scikit_learn_study_does_not_import_keras():
     import subprocess
     import sys
 
-    code = ("import sys; from tlsearch.study import load_study_file; "
-            f"load_study_file({str(STUDIES / 'wine_sklearn.py')!r}).check(); "
+    code = ("import sys; from tlsearch.study import load_study_file; from tlsearch.spaces import check_space; "
+            f"spec = load_study_file({str(STUDIES / 'wine_sklearn.py')!r}); check_space(spec.space, spec.name); "
             "assert 'keras' not in sys.modules and 'tensorflow' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import re
 import sys
 
@@ -15,7 +14,7 @@ import pandas as pd
 import pytest
 
 import tlsearch
-from tlsearch import runner
+from tlsearch import study_attrs
 from tlsearch.cli import main
 from tlsearch.stores import Stores
 
@@ -56,7 +55,7 @@ def mixed_study(tmp_path_factory):
     (folder / "mixed.py").write_text(STUDY)
     home = folder / "home"
     assert main(["run", str(folder / "mixed.py"), "--home", str(home), "--workers", "1", "--progress", "off"]) == 0
-    study = runner.load(Stores.resolve(None, "tlsearch", home), "mixed")
+    study = study_attrs.load(Stores.resolve(None, "tlsearch", home), "mixed")
     states = {t.state for t in study.trials}
     assert {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL} <= states
     return home, study
@@ -128,8 +127,8 @@ def test_report_of_a_run_shows_failures_timeline_pruned_trials_hashes_and_metric
     path = home / "mixed.html"
     assert main(["report", "mixed", "--home", str(home), "-o", str(path)]) == 0
     page = path.read_text(encoding="utf-8")
-    attrs = runner.system_attrs(study)
-    assert attrs[runner.ATTR_DATASET_HASH] in page and attrs[runner.ATTR_FOLD_PLAN] in page
+    attrs = study_attrs.read(study)
+    assert attrs[study_attrs.DATASET_HASH] in page and attrs[study_attrs.FOLD_PLAN] in page
     assert "balanced_accuracy (maximize)" in page
 
     headings = re.findall(r"<h2>(.*?)</h2>", page)

@@ -19,11 +19,15 @@ from optuna.artifacts import FileSystemArtifactStore
 from optuna.artifacts.exceptions import ArtifactNotFound
 from pymongo.errors import CursorNotFound
 
+from tlsearch.config import DEFAULT_DATABASE
+from tlsearch.mongo import connect
+
 if TYPE_CHECKING:
-    from optuna.artifacts._protocol import ArtifactStore
     from pymongo.collection import Collection
     from pymongo.cursor import Cursor
     from pymongo.database import Database
+
+    from tlsearch._optuna_compat import ArtifactStore
 
 __all__ = ["MongoArtifactStore", "open_artifact_store"]
 
@@ -43,7 +47,7 @@ class MongoArtifactStore:
     built from a `MongoClient`, it uses that client and cannot be pickled.
     """
 
-    def __init__(self, url_or_client: str | pymongo.MongoClient, database: str = "tlsearch", *,
+    def __init__(self, url_or_client: str | pymongo.MongoClient, database: str = DEFAULT_DATABASE, *,
                  bucket: str = "artifacts", chunk_size_bytes: int = 1024 * 1024) -> None:
         if not isinstance(url_or_client, (str, pymongo.MongoClient)):
             raise TypeError(f"url_or_client must be a MongoDB URL or a MongoClient, got {type(url_or_client).__name__}")
@@ -107,7 +111,7 @@ class MongoArtifactStore:
         if self._client is None:
             with self._connect_lock:
                 if self._client is None:
-                    self._client = pymongo.MongoClient(self._url)
+                    self._client = connect(self._url, appname="tlsearch-artifacts")
         return self._client[self._database_name]
 
     @property
@@ -244,7 +248,7 @@ def _check_artifact_id(artifact_id: str) -> None:
         raise ValueError(f"artifact_id must be a non-empty string, got {artifact_id!r}")
 
 
-def open_artifact_store(mongo_uri: str | None, *, database: str = "tlsearch", root: Path) -> ArtifactStore:
+def open_artifact_store(mongo_uri: str | None, *, database: str = DEFAULT_DATABASE, root: Path) -> ArtifactStore:
     """The artifact store next to the study store: GridFS when `mongo_uri` is given, else `root / "artifacts"`."""
     if mongo_uri:
         return MongoArtifactStore(mongo_uri, database)

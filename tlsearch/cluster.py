@@ -226,7 +226,6 @@ async def run_workers(scheduler: str, specs: list[dict], *, host: str = LOOPBACK
 def prepare_workers(client: distributed.Client, spec) -> None:
     """Give each worker's Keras backend its share of its host's cores and, for a Keras study, import Keras in
     the workers now (see tlsearch.worker_setup)."""
-    from tlsearch.study import KerasModel
     from tlsearch.worker_setup import WorkerSetup, workers_per_host
 
-    client.register_plugin(WorkerSetup(workers_per_host(client), preload_keras=isinstance(spec.model, KerasModel)))
+    client.register_plugin(WorkerSetup(workers_per_host(client), preload_keras=spec.model.framework == "keras"))

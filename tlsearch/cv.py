@@ -16,20 +16,19 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import optuna
 from sklearn.model_selection import GroupKFold, KFold, StratifiedGroupKFold, StratifiedKFold
 from sklearn.model_selection._split import BaseCrossValidator
 
+from tlsearch import _optuna_compat as compat
 from tlsearch import spaces
-from tlsearch.models import Fold, FoldResult, NonFiniteScoreError, derive_seed, is_class_labels, trainer_for
+from tlsearch.models import Fold, FoldResult, NonFiniteScoreError, SpecView, is_class_labels
 from tlsearch.pruners import describe as describe_pruning
 from tlsearch.pruners import prune_decision
-
-if TYPE_CHECKING:
-    from tlsearch.study import StudySpec
+from tlsearch.seeds import derive_seed
 
 _INFRASTRUCTURE_ERRORS = {
     # the network, the study store, the cluster
@@ -100,7 +99,7 @@ class Holdout(BaseCrossValidator):
             yield kept[train], kept[valid]
 
 
-def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarray],
+def evaluate(trial: optuna.Trial, spec: SpecView, arrays: Mapping[str, np.ndarray],
              folds: Sequence[tuple[np.ndarray, np.ndarray]], *, dataset_hash: str = "",
              fold_plan_hash: str = "", artifact_store: Any = None) -> float | list[float]:
     """Sample the trial's params, then train and score each fold; return the mean score (one per objective).
@@ -118,7 +117,7 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
     if not isinstance(params, dict):
         raise spaces.InvalidSpaceError(
             f"space of study {spec.name!r} returned {type(params).__name__}, expected a dict of hyperparameters")
-    trainer = trainer_for(spec, arrays)
+    trainer = spec.model.trainer(spec, arrays)
     recorder = _ResultRecorder(trial, spec, {"dataset_hash": dataset_hash, "fold_plan_hash": fold_plan_hash,
                                              "n_splits": len(folds)})
     try:
@@ -128,7 +127,7 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
             trainer.close()
 
 
-def _run_folds(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarray], folds: Sequence[Any],
+def _run_folds(trial: optuna.Trial, spec: SpecView, arrays: Mapping[str, np.ndarray], folds: Sequence[Any],
                params: dict, trainer: Any, recorder: _ResultRecorder, artifact_store: Any) -> float | list[float]:
     reports_fold_scores = isinstance(trial.study.pruner, optuna.pruners.WilcoxonPruner)
     kept: dict[str, np.ndarray] = {}
@@ -185,7 +184,7 @@ def read_fold(arrays: Mapping[str, np.ndarray], rows: Any, index: int, seed: int
 class _ResultRecorder:
     """Stores each fold's results on the trial as it finishes, and the summaries at the end."""
 
-    def __init__(self, trial: optuna.Trial, spec: StudySpec, first_attrs: dict[str, Any]) -> None:
+    def __init__(self, trial: optuna.Trial, spec: SpecView, first_attrs: dict[str, Any]) -> None:
         self._trial = trial
         self._suffixes = ["score"] if not spec.is_multi_objective else list(spec.metric_names)
         self._results: list[FoldResult] = []
@@ -237,25 +236,18 @@ class _ResultRecorder:
         return means
 
     def write(self, report: float | None = None) -> None:
-        """Store the attributes taken in since the last write, and report `report` at the step of the last
-        fold added, in one write where the storage can (tlsearch's MongoDB and journal stores), else one
-        at a time: a fold's results are several attributes, and each write is a round trip."""
+        """Store the attributes taken in since the last write (in one write where the storage can: tlsearch's
+        MongoDB and journal stores; else one at a time), then report `report` at the step of the last fold
+        added through the public `trial.report`, so that `trial.should_prune()` sees it."""
         trial, storage = self._trial, self._trial.storage
         attrs, self._pending = self._pending, {}
-        step = len(self._results) - 1
-        if report is not None and hasattr(storage, "set_trial_intermediate_value_and_user_attrs"):
-            storage.set_trial_intermediate_value_and_user_attrs(trial._trial_id, step, float(report), attrs)
-            trial._cached_frozen_trial.intermediate_values[step] = float(report)
-            trial._cached_frozen_trial.user_attrs.update(attrs)
-            return
         if hasattr(storage, "set_trial_user_attrs"):
-            storage.set_trial_user_attrs(trial._trial_id, attrs)
-            trial._cached_frozen_trial.user_attrs.update(attrs)
+            storage.set_trial_user_attrs(compat.trial_id(trial), attrs)
         else:
             for key, value in attrs.items():
                 trial.set_user_attr(key, value)
         if report is not None:
-            trial.report(report, step)
+            trial.report(report, len(self._results) - 1)
 
 
 def describe_failure(exc: BaseException) -> dict[str, Any]:

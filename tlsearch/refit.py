@@ -21,9 +21,15 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from tlsearch import runner
+from tlsearch import spaces, study_attrs, study_files
+from tlsearch.config import DEFAULT_DATABASE
+from tlsearch.cv import Holdout
+from tlsearch.data import HostCache
 from tlsearch.errors import TLSearchError
+from tlsearch.models import describe_target, import_keras
+from tlsearch.seeds import derive_seed
 from tlsearch.stores import Stores, check_study_name
+from tlsearch.study import load_study_file
 
 ATTR_REFIT = "tlsearch:refit"
 # What a scikit-learn model file may hold beyond skops' own trusted types (estimators, transformers and plain
@@ -72,24 +78,19 @@ def refit(name: str, *, stores: Stores | None = None, trial_number: int | None =
     """Train trial `trial_number`'s parameters (default: the best trial's) on the study's whole dataset,
     save the model to `output` (default: HOME/models/NAME.keras or .skops), upload it as an artifact of the
     study and return its record and path. `spec` defaults to the study file the store recorded."""
-    from tlsearch.data import HostCache
-    from tlsearch.study import KerasModel, load_study_file
-
     stores = stores or Stores.resolve()
-    study = runner.load(stores, name)
-    attrs = runner.system_attrs(study)
+    study = study_attrs.load(stores, name)
+    attrs = study_attrs.read(study)
     trial = _chosen_trial(study, trial_number)
     if spec is None:
-        from tlsearch import study_files
-
-        spec = load_study_file(study_files.resolve(stores, name, None, attrs.get(runner.ATTR_STUDY_FILE)))
-    dataset = HostCache().open(stores.dataset_store(), attrs[runner.ATTR_DATASET_REF])
-    if dataset.info.hash != attrs[runner.ATTR_DATASET_HASH]:
-        raise TLSearchError(f"dataset {attrs[runner.ATTR_DATASET_REF]} changed since study {name!r} ran")
+        spec = load_study_file(study_files.resolve(stores, name, None, attrs.get(study_attrs.STUDY_FILE)))
+    dataset = HostCache().open(stores.dataset_store(), attrs[study_attrs.DATASET_REF])
+    if dataset.info.hash != attrs[study_attrs.DATASET_HASH]:
+        raise TLSearchError(f"dataset {attrs[study_attrs.DATASET_REF]} changed since study {name!r} ran")
     params = _space_params(spec, trial)
     model, test_score = _fit(spec, params, dataset.arrays)
     y = dataset["y"]
-    is_keras = isinstance(spec.model, KerasModel)
+    is_keras = spec.model.framework == "keras"
     suffix = ".keras" if is_keras else ".skops"
     path = Path(output) if output else stores.home / "models" / f"{check_study_name(name)}{suffix}"
     if path.suffix != suffix:
@@ -101,15 +102,15 @@ def refit(name: str, *, stores: Stores | None = None, trial_number: int | None =
     record = RefitRecord(
         trial_number=trial.number, artifact_id=artifact_id, filename=path.name,
         format="keras" if is_keras else "skops", sha256=_sha256(path),
-        dataset_ref=attrs[runner.ATTR_DATASET_REF], dataset_hash=attrs[runner.ATTR_DATASET_HASH],
+        dataset_ref=attrs[study_attrs.DATASET_REF], dataset_hash=attrs[study_attrs.DATASET_HASH],
         params=trial.params, cv_score=trial.user_attrs.get("mean_test_score"), test_score=test_score,
         classes=_classes(spec, y) if is_keras else None,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    study._storage.set_study_system_attr(study._study_id, ATTR_REFIT, asdict(record))
+    study_attrs.write(study, ATTR_REFIT, asdict(record))
     return record, path
 
 
-def load_model(name: str, *, mongo: str | None = None, database: str = "tlsearch", home=None,
+def load_model(name: str, *, mongo: str | None = None, database: str = DEFAULT_DATABASE, home=None,
                stores: Stores | None = None):
     """The refit model of study `name` (a `keras.Model` or a scikit-learn estimator), loaded safely.
 
@@ -117,15 +118,15 @@ def load_model(name: str, *, mongo: str | None = None, database: str = "tlsearch
     and `TLSearchError` when the study has no refit model or its dataset changed since the refit.
     """
     stores = stores or Stores.resolve(mongo, database, home)
-    study = runner.load(stores, name)
-    attrs = runner.system_attrs(study)
+    study = study_attrs.load(stores, name)
+    attrs = study_attrs.read(study)
     if ATTR_REFIT not in attrs:
         raise TLSearchError(f"study {name!r} has no refit model: run `tlsearch refit {name}` first")
     record = _checked_record(attrs[ATTR_REFIT], name)
-    if record.dataset_hash != attrs.get(runner.ATTR_DATASET_HASH):
+    if record.dataset_hash != attrs.get(study_attrs.DATASET_HASH):
         raise TLSearchError(f"the refit model of {name!r} was trained on dataset {record.dataset_ref} "
                             f"(sha256 {record.dataset_hash[:12]}), but the study now uses "
-                            f"{attrs.get(runner.ATTR_DATASET_REF)}: refit it again")
+                            f"{attrs.get(study_attrs.DATASET_REF)}: refit it again")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"model{_MODEL_FORMATS[record.format]}"  # never a name from the store
         optuna.artifacts.download_artifact(artifact_store=stores.artifact_store(), file_path=str(path),
@@ -139,8 +140,6 @@ def load_model_file(path: str | Path, sha256: str | None = None):
     if sha256 is not None and _sha256(path) != sha256:
         raise UnsafeModelError(f"model file {path.name} changed since it was saved (sha256 mismatch): refusing it")
     if path.suffix == ".keras":
-        from tlsearch.models._keras import import_keras
-
         keras = import_keras()
         _refuse_keras_code(path, keras)
         try:
@@ -225,12 +224,9 @@ def _chosen_trial(study: optuna.Study, number: int | None) -> optuna.trial.Froze
 def _fit(spec, params: dict, arrays) -> tuple[object, float | None]:
     """Train on every row, or, when the study declares a test hold-out, on every row but those, and score
     the model on them (the first metric)."""
-    from tlsearch import models
-    from tlsearch.cv import Holdout
-
     X, y, weights = arrays["X"], arrays["y"], arrays.get("sample_weight")
-    trainer = models.trainer_for(spec, arrays)
-    seed = models.full_fit_seed(spec)
+    trainer = spec.model.trainer(spec, arrays)
+    seed = derive_seed(spec.seed, spec.name, "full")  # distinct from every fold's
     if not isinstance(spec.cv, Holdout):
         return trainer.fit_full(params, X, y, weights, seed), None
     train, test = spec.cv.partition(X, y)
@@ -241,8 +237,6 @@ def _fit(spec, params: dict, arrays) -> tuple[object, float | None]:
 
 def _space_params(spec, trial: optuna.trial.FrozenTrial) -> dict:
     """The dict the study's space returned for `trial`, replayed from its stored parameters."""
-    from tlsearch import spaces
-
     return spaces.sample(optuna.trial.FixedTrial(trial.params, trial.number), spec.space)
 
 
@@ -257,8 +251,6 @@ def _save(model, path: Path, is_keras: bool) -> None:
 
 def _classes(spec, y) -> list | None:
     """The labels a Keras classifier's output columns stand for (it is trained on their indices)."""
-    from tlsearch.models._keras import describe_target
-
     classes = describe_target(np.asarray(y), spec.model.task).classes
     return None if classes is None else classes.tolist()
 

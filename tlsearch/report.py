@@ -15,19 +15,21 @@ import html
 import importlib.util
 import math
 import re
-import threading
 import urllib.parse
-import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.importance import BaseImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
+from tlsearch import study_attrs
 from tlsearch.errors import TLSearchError
+from tlsearch.report_png import export_pngs
+from tlsearch.trials_table import fold_scores
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -37,10 +39,8 @@ __all__ = ["write_report"]
 _SPLIT_SCORE = re.compile(r"^split(\d+)_test_score$")
 _STATE_WORDS = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
                 TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}
-_PNG_INCHES, _PNG_DPI = (11, 6), 100
 _MAX_LEGEND_ENTRIES = 10
 # pyplot keeps global state (open figures, rcParams): two reports written at once in one process take turns.
-_PYPLOT_LOCK = threading.Lock()
 
 
 @dataclass
@@ -82,7 +82,7 @@ def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k
     trials = study.get_trials(deepcopy=False)
     sections = _sections(study, trials, top_k)
     if png:
-        _export_pngs(sections, path)
+        export_pngs(sections, path, [slug for slug, _ in _SECTION_TITLES.values()])
     page = _render_page(study, trials, sections)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
@@ -259,7 +259,7 @@ def _fold_spread_section(study: optuna.Study, top: list[FrozenTrial]) -> _Sectio
     import plotly.graph_objects as go
 
     slug, title = _SECTION_TITLES[_fold_spread_section]
-    with_folds = [(t, _fold_scores(t)) for t in top]
+    with_folds = [(t, fold_scores(t)) for t in top]
     with_folds = [(t, scores) for t, scores in with_folds if scores]
     if not with_folds:
         return _Section(slug, title, note="The top trials have no per-fold scores (split{k}_test_score).")
@@ -296,12 +296,12 @@ def _draw_fold_spread(study: optuna.Study, with_folds: list[tuple[FrozenTrial, d
 
 def _top_trials_section(study: optuna.Study, top: list[FrozenTrial]) -> _Section:
     slug, title = _SECTION_TITLES[_top_trials_section]
-    n_folds = max((max(_fold_scores(t), default=-1) + 1 for t in top), default=0)
+    n_folds = max((max(fold_scores(t), default=-1) + 1 for t in top), default=0)
     value_names = _objective_names(study)
     head = ["Trial", *value_names, "mean ± std", *(f"fold {k}" for k in range(n_folds)), "Params", "Duration"]
     rows = []
     for trial in top:
-        scores = _fold_scores(trial)
+        scores = fold_scores(trial)
         mean, std = trial.user_attrs.get("mean_test_score"), trial.user_attrs.get("std_test_score")
         spread = "—" if mean is None else _fmt(mean) + ("" if std is None else f" ± {_fmt(std)}")
         params = "<br>".join(f"{html.escape(str(k))} = {html.escape(_fmt(v))}" for k, v in trial.params.items())
@@ -370,15 +370,6 @@ def _ranking(study: optuna.Study) -> str:
     return "Complete trials, best first."
 
 
-def _fold_scores(trial: FrozenTrial) -> dict[int, float]:
-    scores = {}
-    for key, value in trial.user_attrs.items():
-        match = _SPLIT_SCORE.match(key)
-        if match and isinstance(value, (int, float)):
-            scores[int(match.group(1))] = value
-    return scores
-
-
 def _common_params(trials: list[FrozenTrial]) -> set[str]:
     return set.intersection(*(set(t.params) for t in trials)) if trials else set()
 
@@ -391,7 +382,7 @@ def _study_attr(study: optuna.Study, key: str) -> Any:
     """A study user attribute, else the system attribute of that name (Optuna 5 exposes those only on storage)."""
     value = study.user_attrs.get(key)
     if value is None:
-        value = study._storage.get_study_system_attrs(study._study_id).get(key)
+        value = study_attrs.read(study).get(key)
     return value
 
 
@@ -414,77 +405,6 @@ class _RememberedImportances(BaseImportanceEvaluator):
 
 
 # ---------------------------------------------------------------------------------------------- output
-
-
-def _export_pngs(sections: list[_Section], page: Path) -> None:
-    """Draw each section's figures with Matplotlib and save them beside the page; warn once per failed section."""
-    try:
-        import matplotlib
-
-        chosen = matplotlib.get_backend(auto_select=False)
-    except ImportError as error:
-        warnings.warn(f"PNGs not written (the HTML report is complete): {error}", RuntimeWarning, stacklevel=3)
-        return
-    except TypeError:  # Matplotlib < 3.10 cannot tell whether a backend was chosen: keep whatever it picks
-        chosen = "kept"
-    if chosen is None:
-        matplotlib.use("agg")
-    import matplotlib.pyplot as plt
-
-    page.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_pngs(page)
-    rc = {"figure.figsize": _PNG_INCHES, "figure.dpi": _PNG_DPI}
-    failures = []
-    with _PYPLOT_LOCK, matplotlib.rc_context(), plt.ioff(), warnings.catch_warnings():
-        # Optuna's Matplotlib functions are "experimental" and set the ggplot style globally:
-        # rc_context restores the caller's rcParams afterwards.
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        plt.style.use("ggplot")
-        matplotlib.rcParams.update(rc)
-        for section in sections:
-            try:
-                for i, draw in enumerate(section.drawings):
-                    section.pngs.append(_save_png(draw, _png_path(page, section, i)))
-            except Exception as error:  # noqa: BLE001 - one figure that cannot be drawn must not cost the others
-                failures.append((section, f"{type(error).__name__}: {error}".splitlines()[0]))
-    for section, reason in failures:
-        warnings.warn(f"PNG of section {section.title!r} not written ({reason}); the HTML report and the other "
-                      "PNGs are", RuntimeWarning, stacklevel=3)
-
-
-def _png_path(page: Path, section: _Section, index: int) -> Path:
-    suffix = f"-{index + 1}" if len(section.drawings) > 1 else ""
-    return page.with_name(f"{page.stem}-{section.slug}{suffix}.png")
-
-
-def _remove_stale_pngs(page: Path) -> None:
-    """An earlier report's PNGs beside this page would pass for this one's: the names are the report's own."""
-    slugs = "|".join(re.escape(slug) for slug, _ in _SECTION_TITLES.values())
-    own = re.compile(rf"{re.escape(page.stem)}-(?:{slugs})(?:-\d+)?\.png")
-    for file in page.parent.iterdir():
-        if own.fullmatch(file.name):
-            file.unlink(missing_ok=True)
-
-
-def _save_png(draw: Callable[[], Any], file: Path) -> Path:
-    """Call `draw`, save its figure to `file` (whole or not at all), and close every figure it opened."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    opened_before = set(plt.get_fignums())
-    partial = file.with_name(file.name + ".partial")
-    try:
-        drawn = draw()
-        if isinstance(drawn, np.ndarray):  # one Axes per parameter, all on one figure
-            drawn = drawn.flat[0]
-        figure = getattr(drawn, "figure", drawn)
-        figure.savefig(partial, format="png", dpi=_PNG_DPI, bbox_inches="tight")
-        partial.replace(file)
-        return file
-    finally:
-        partial.unlink(missing_ok=True)
-        for number in set(plt.get_fignums()) - opened_before:
-            plt.close(number)
 
 
 def _mpl() -> Any:
@@ -537,9 +457,7 @@ def _render_header(study: optuna.Study, trials: list[FrozenTrial]) -> str:
     counts = Counter(t.state for t in trials)
     states = ", ".join(f"{counts[s]} {word}" for s, word in _STATE_WORDS.items() if counts[s]) or "none"
     rows = [("Directions", directions), ("Trials", f"{len(trials)} ({states})"), ("Best", _best_summary(study, trials))]
-    from tlsearch.runner import ATTR_DATASET_HASH, ATTR_FOLD_PLAN
-
-    for label, key in (("Dataset hash", ATTR_DATASET_HASH), ("Fold plan hash", ATTR_FOLD_PLAN)):
+    for label, key in (("Dataset hash", study_attrs.DATASET_HASH), ("Fold plan hash", study_attrs.FOLD_PLAN)):
         value = _study_attr(study, key)
         rows.append((label, "—" if value is None else str(value)))
     cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)

@@ -9,7 +9,7 @@ and `scoped(trial, "prefix")` keeps their parameter names apart ("prefix.name").
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Union
+from typing import Any
 
 import optuna
 from optuna.distributions import (
@@ -21,7 +21,7 @@ from optuna.distributions import (
 
 from tlsearch.errors import TLSearchError
 
-Space = Union[Callable[[optuna.Trial], dict], Mapping[str, Any]]
+Space = Callable[[optuna.Trial], dict] | Mapping[str, Any]
 
 _SUGGEST_METHODS = ("suggest_float", "suggest_int", "suggest_categorical", "suggest_uniform",
                     "suggest_loguniform", "suggest_discrete_uniform")
@@ -123,7 +123,7 @@ def check_space(space: Space, name: str, *, n_samples: int = 8, seed: int = 0) -
             f"space {name!r} must be a function of a trial or a dict of distributions, not {type(space).__name__}"
         )
     if isinstance(space, Mapping):
-        for key, value in space.items():
+        for key in space:
             if not isinstance(key, str):
                 raise InvalidSpaceError(f"space {name!r}: parameter names must be strings, got {key!r}")
     verbosity = optuna.logging.get_verbosity()

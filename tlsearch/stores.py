@@ -15,6 +15,7 @@ import optuna
 
 from tlsearch import config
 from tlsearch.errors import TLSearchError
+from tlsearch.mongo import mask_uri
 
 # A study name is a key in the study store's unique index and part of local file names (reports, models).
 STUDY_NAME_MAX = 200
@@ -41,7 +42,7 @@ class Stores:
 
     @classmethod
     def resolve(cls, mongo_uri: str | None = None, database: str = config.DEFAULT_DATABASE,
-                home: str | Path | None = None, **heartbeat) -> "Stores":
+                home: str | Path | None = None, **heartbeat) -> Stores:
         """Apply the configuration rules (argument, then environment, then default)."""
         return cls(config.mongo_uri(mongo_uri), database, config.home(home), **heartbeat)
 
@@ -53,8 +54,6 @@ class Stores:
         """A human description, with any credentials masked."""
         if self.is_local:
             return f"local folder {self.home}"
-        from tlsearch.storage._client import mask_uri
-
         return f"MongoDB {mask_uri(self.mongo_uri)} (database {self.database!r})"
 
     def study_storage(self) -> optuna.storages.BaseStorage:
@@ -69,6 +68,7 @@ class Stores:
 
 @functools.cache
 def _open_study_storage(stores: Stores) -> optuna.storages.BaseStorage:
+    # The stores are imported on first use (here and below): every CLI command imports this module.
     from tlsearch.storage import MongoStorage
     from tlsearch.storage._journal import open_journal
 

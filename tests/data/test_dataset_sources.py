@@ -6,8 +6,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tlsearch.data import (BUILTINS, DatasetExistsError, DatasetNotFoundError, DatasetValidationError,
-                           arrays_from_frame, ensure_dataset, push_source, read_source)
+from tlsearch.data import (
+    BUILTINS,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    DatasetValidationError,
+    arrays_from_frame,
+    ensure_dataset,
+    push_source,
+    read_source,
+)
 
 
 @pytest.fixture

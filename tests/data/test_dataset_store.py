@@ -11,8 +11,13 @@ import pytest
 from bson import ObjectId
 from data_helpers import make_arrays, stored_objects
 
-from tlsearch.data import (DatasetCorruptedError, DatasetExistsError, DatasetNotFoundError, DatasetValidationError,
-                           hash_arrays)
+from tlsearch.data import (
+    DatasetCorruptedError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    DatasetValidationError,
+    hash_arrays,
+)
 from tlsearch.data._gridfs import MongoDatasetStore
 
 DTYPES = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]

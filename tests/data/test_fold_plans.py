@@ -5,11 +5,26 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from data_helpers import fold_plan_in_process, make_arrays, run_in_processes
-from sklearn.model_selection import (GroupKFold, KFold, RepeatedStratifiedKFold, ShuffleSplit, StratifiedGroupKFold,
-                                     StratifiedKFold, TimeSeriesSplit)
+from sklearn.model_selection import (
+    GroupKFold,
+    KFold,
+    RepeatedStratifiedKFold,
+    ShuffleSplit,
+    StratifiedGroupKFold,
+    StratifiedKFold,
+    TimeSeriesSplit,
+)
 
-from tlsearch.data import (DatasetCorruptedError, DatasetValidationError, FoldPlan, FoldPlanMismatchError,
-                           FoldPlanNotFoundError, HostCache, describe_splitter, fold_plan_for)
+from tlsearch.data import (
+    DatasetCorruptedError,
+    DatasetValidationError,
+    FoldPlan,
+    FoldPlanMismatchError,
+    FoldPlanNotFoundError,
+    HostCache,
+    describe_splitter,
+    fold_plan_for,
+)
 from tlsearch.data._gridfs import MongoDatasetStore
 
 

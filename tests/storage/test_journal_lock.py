@@ -8,7 +8,7 @@ import threading
 
 import optuna
 import pytest
-from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+from optuna.storages.journal import JournalFileSymlinkLock
 from optuna.trial import TrialState
 
 from tlsearch.storage._journal import QueuedJournalLock, open_journal

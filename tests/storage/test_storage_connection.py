@@ -17,8 +17,8 @@ from pymongo.collection import Collection
 from pymongo.errors import AutoReconnect
 
 from tlsearch.errors import TLSearchError
+from tlsearch.mongo import mask_uri
 from tlsearch.storage import MongoStorage, MongoUnavailableError
-from tlsearch.storage._client import mask_uri
 
 SECRET = "s3cr3t-pw"
 

@@ -79,13 +79,13 @@ def register(subparsers, parent) -> None:
 
 
 def _load(args) -> optuna.Study:
-    from tlsearch import runner
+    from tlsearch import study_attrs
 
-    return runner.load(stores_of(args), args.name)
+    return study_attrs.load(stores_of(args), args.name)
 
 
 def _status(args) -> int:
-    from tlsearch import results
+    from tlsearch import trials_table
 
     stores = stores_of(args)
     storage = stores.study_storage()
@@ -94,25 +94,25 @@ def _status(args) -> int:
         summaries = [s for s in summaries if s.study_name == args.name]
         if not summaries:
             raise TLSearchError(f"no study named {args.name!r} in {stores.describe()}")
-    rows = [results.study_status(s, optuna.load_study(study_name=s.study_name, storage=storage)) for s in summaries]
+    rows = [trials_table.study_status(s, optuna.load_study(study_name=s.study_name, storage=storage)) for s in summaries]
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     elif not rows:
         print(f"no studies in {stores.describe()}")
     else:
-        print(results.format_rows(rows))
+        print(trials_table.format_rows(rows))
     return 0
 
 
 def _best(args) -> int:
-    from tlsearch import results
+    from tlsearch import trials_table
 
     study = _load(args)
     if args.json:
-        best = [results.trial_row(t) for t in _best_trials(study)]
-        print(results.format_rows(best, "json"))
+        best = [trials_table.trial_row(t) for t in _best_trials(study)]
+        print(trials_table.format_rows(best, "json"))
     else:
-        print(results.best_summary(study))
+        print(trials_table.best_summary(study))
     return 0
 
 
@@ -124,14 +124,14 @@ def _best_trials(study: optuna.Study):
 
 
 def _trials(args) -> int:
-    from tlsearch import results
+    from tlsearch import trials_table
 
     states = tuple(TrialState[s] for s in args.state) if args.state else None
     if args.format == "parquet" and not args.output:
         raise TLSearchError("--format parquet writes a file: give it with --output FILE.parquet")
     if args.format == "parquet":
-        results.require_pyarrow()  # before reading the study
-    text = results.format_frame(results.trials_frame(_load(args), states), args.format, args.output)
+        trials_table.require_pyarrow()  # before reading the study
+    text = trials_table.format_frame(trials_table.trials_frame(_load(args), states), args.format, args.output)
     if text is not None and args.output:
         Path(args.output).write_text(text, encoding="utf-8")
     elif text is not None:
@@ -162,12 +162,12 @@ def _dashboard(args) -> int:
 
 
 def _copy(args) -> int:
-    from tlsearch import runner
+    from tlsearch import study_attrs
     from tlsearch.stores import Stores
 
     source = stores_of(args)
     target = Stores.resolve(args.to, args.to_database or args.database, args.home)
     to_name = args.to_name or args.name
-    runner.copy(source, target, args.name, to_name)
+    study_attrs.copy(source, target, args.name, to_name)
     print(f"copied study {args.name!r} with its dataset from {source.describe()} to {target.describe()} as {to_name!r}")
     return 0

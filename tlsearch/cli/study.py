@@ -8,7 +8,6 @@ from pathlib import Path
 
 from tlsearch import config
 from tlsearch.cli import security_of, stores_of, tls_options
-from tlsearch.errors import TLSearchError
 
 log = logging.getLogger(__name__)
 
@@ -16,7 +15,7 @@ log = logging.getLogger(__name__)
 def register(subparsers, parent) -> None:
     run = subparsers.add_parser(
         "run", parents=[parent, _driver_options()], help="run a study file to its target",
-        description="Run the study defined in STUDY_FILE (a Python file with a `study = tlsearch.StudySpec(...)`) "
+        description="Run the study defined in STUDY_FILE (a Python file with a `spec = tlsearch.StudySpec(...)`) "
                     "until --n-trials trials are complete or pruned in total, then print the best trial and "
                     "write the report. Running an existing study again continues it.",
         epilog="example: tlsearch run studies/digits_mlp.py --n-trials 20 --workers 2")
@@ -67,28 +66,28 @@ def _run(args) -> int:
 
 
 def _resume(args) -> int:
-    from tlsearch import runner, study_files
+    from tlsearch import study_attrs, study_files
     from tlsearch.study import load_study_file
 
     stores = stores_of(args)
-    hint = runner.system_attrs(runner.load(stores, args.name)).get(runner.ATTR_STUDY_FILE)
+    hint = study_attrs.read(study_attrs.load(stores, args.name)).get(study_attrs.STUDY_FILE)
     study_file = study_files.resolve(stores, args.name, args.study_file, hint)
     return _drive(args, load_study_file(study_file), args.name, study_file, resume=True)
 
 
 def _drive(args, spec, name: str, study_file, resume: bool) -> int:
     """Run the study, print its best trial, write the report; the exit code says why the run ended."""
-    from tlsearch import results, runner
+    from tlsearch import driver, trials_table
 
     stores = stores_of(args)
-    result = runner.drive(spec, stores=stores, scheduler=config.scheduler(args.scheduler), n_workers=args.workers,
+    result = driver.drive(spec, stores=stores, scheduler=config.scheduler(args.scheduler), n_workers=args.workers,
                           parallelism=args.parallelism, n_trials=args.n_trials, timeout=args.timeout, name=name,
                           study_file=study_file, progress="off" if args.quiet else args.progress, resume=resume,
                           security=security_of(args))
-    if result.reason == runner.NOTHING_TO_DO:
+    if result.reason == driver.NOTHING_TO_DO:
         log.info("nothing to do: %s", result.detail)
         return result.exit_code
-    print(results.best_summary(result.study))
+    print(trials_table.best_summary(result.study))
     if not args.no_report:
         from tlsearch.report import write_report
 
@@ -100,8 +99,8 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
 
 
 def _stop(args) -> int:
-    from tlsearch import runner
+    from tlsearch import study_attrs
 
-    runner.request_stop(stores_of(args), args.name)
+    study_attrs.request_stop(stores_of(args), args.name)
     print(f"asked the drivers of {args.name!r} to stop; running trials will finish")
     return 0

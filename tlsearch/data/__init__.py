@@ -8,16 +8,24 @@
 """
 
 from tlsearch.data._cache import CacheEntry, Dataset, HostCache
-from tlsearch.data._errors import (DatasetBusyError, DatasetCorruptedError, DatasetError, DatasetExistsError,
-                                   DatasetNotFoundError, DatasetValidationError, FoldPlanMismatchError,
-                                   FoldPlanNotFoundError)
+from tlsearch.data._errors import (
+                                   DatasetBusyError,
+                                   DatasetCorruptedError,
+                                   DatasetError,
+                                   DatasetExistsError,
+                                   DatasetNotFoundError,
+                                   DatasetValidationError,
+                                   FoldPlanMismatchError,
+                                   FoldPlanNotFoundError,
+)
 from tlsearch.data._fold_views import Fold
-from tlsearch.data._folds import FoldPlan, compute_fold_plan, describe_splitter, fold_plan_for
+from tlsearch.data._folds import FoldPlan, describe_splitter
 from tlsearch.data._hashing import hash_arrays
 from tlsearch.data._info import ARRAY_NAMES, DatasetInfo, parse_ref
-from tlsearch.data._sources import (BUILTINS, arrays_from_frame, ensure_dataset, load_builtin, push_source,
-                                    read_source)
-from tlsearch.data._store import DatasetStore, TransferStats, open_dataset_store
+from tlsearch.data._open import open_dataset_store
+from tlsearch.data._sources import BUILTINS, arrays_from_frame, ensure_dataset, load_builtin, push_source, read_source
+from tlsearch.data._splitting import compute_fold_plan, fold_plan_for
+from tlsearch.data._store import DatasetStore, TransferStats
 
 __all__ = [
     "ARRAY_NAMES", "BUILTINS", "CacheEntry", "Dataset", "DatasetBusyError", "DatasetCorruptedError", "DatasetError",

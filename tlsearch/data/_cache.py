@@ -35,6 +35,7 @@ from types import MappingProxyType
 import numpy as np
 from filelock import FileLock
 
+from tlsearch import config
 from tlsearch.data._errors import DatasetCorruptedError, DatasetError, FoldPlanMismatchError
 from tlsearch.data._fold_views import Fold, FoldLayout, fold_views, plan_layout, write_layout_rows
 from tlsearch.data._folds import FoldPlan
@@ -60,7 +61,7 @@ class Dataset:
     copying rows. While open, the dataset is not evicted from the cache; `close()` (or exit) releases it.
     """
 
-    def __init__(self, info: DatasetInfo, arrays: dict[str, np.ndarray], path: Path, cache: "HostCache",
+    def __init__(self, info: DatasetInfo, arrays: dict[str, np.ndarray], path: Path, cache: HostCache,
                  lock: UseLock) -> None:
         self.info = info
         self.arrays: Mapping[str, np.ndarray] = MappingProxyType(arrays)
@@ -126,7 +127,7 @@ class Dataset:
         """Let the cache evict this dataset again (arrays already handed out stay readable)."""
         self._lock.release()
 
-    def __enter__(self) -> "Dataset":
+    def __enter__(self) -> Dataset:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -161,8 +162,6 @@ class HostCache:
 
     def __init__(self, cache_dir: str | os.PathLike | None = None, *, max_bytes: int | None = None,
                  progress: bool | None = None) -> None:
-        from tlsearch import config
-
         self.root = config.cache_dir(cache_dir)
         self.max_bytes = max_bytes
         self.progress = progress

@@ -51,7 +51,7 @@ class FoldLayout:
         return {"rows": int(len(self.order)), "spans": [[list(train), list(validation)] for train, validation in self.spans]}
 
     @classmethod
-    def from_document(cls, document: dict, order: np.ndarray) -> "FoldLayout":
+    def from_document(cls, document: dict, order: np.ndarray) -> FoldLayout:
         spans = [(tuple(train), tuple(validation)) for train, validation in document["spans"]]
         return cls(order, spans)
 

@@ -31,13 +31,14 @@ import pymongo
 from bson import Binary, ObjectId
 from pymongo.errors import DuplicateKeyError
 
-from tlsearch.data._errors import (DatasetBusyError, DatasetCorruptedError, DatasetNotFoundError,
-                                   FoldPlanNotFoundError)
+from tlsearch.config import DEFAULT_DATABASE
+from tlsearch.data._errors import DatasetBusyError, DatasetCorruptedError, DatasetNotFoundError, FoldPlanNotFoundError
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._info import DatasetInfo, check_name, describe_arrays, parse_ref
 from tlsearch.data._npy import iter_npy
 from tlsearch.data._paths import check_sha256
 from tlsearch.data._store import DatasetStore, Progress, version_for_push
+from tlsearch.mongo import connect
 
 CHUNK_BYTES = 4 << 20  # measured on the test server: 1 MiB ≈ 110 MB/s in, 4-8 MiB ≈ 135 MB/s in and faster out
 READ_BATCH_BYTES = 12 << 20
@@ -51,7 +52,7 @@ BUCKET = "datasets"
 class MongoDatasetStore(DatasetStore):
     """Datasets in MongoDB (see the module docstring). Picklable when built from a URI: it reconnects lazily."""
 
-    def __init__(self, url_or_client: str | pymongo.MongoClient, database: str = "tlsearch", *,
+    def __init__(self, url_or_client: str | pymongo.MongoClient, database: str = DEFAULT_DATABASE, *,
                  chunk_bytes: int = CHUNK_BYTES) -> None:
         super().__init__()
         if isinstance(url_or_client, str):
@@ -83,8 +84,6 @@ class MongoDatasetStore(DatasetStore):
     @property
     def _db(self):
         if self._client is None:
-            from tlsearch.storage._client import connect  # fails within seconds when MongoDB is not there
-
             self._client = connect(self._uri, tz_aware=True, appname="tlsearch-datasets")
         return self._client.get_database(self.database)
 
@@ -312,7 +311,6 @@ class MongoDatasetStore(DatasetStore):
         if file is None:
             raise DatasetCorruptedError(f"array {array!r} of {info.ref} is missing from {self.describe()}")
         total = self._download(file, sink, progress, f"stored array {array!r} of {info.ref}")
-        self.stats.arrays_received += 1
         return total
 
     def _download(self, file: dict, sink: BinaryIO, progress: Progress | None, what: str) -> int:

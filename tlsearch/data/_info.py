@@ -84,7 +84,7 @@ class DatasetInfo:
                 "metadata": self.metadata, "created": self.created, "size_bytes": self.size_bytes}
 
     @classmethod
-    def from_document(cls, doc: dict) -> "DatasetInfo":
+    def from_document(cls, doc: dict) -> DatasetInfo:
         created = doc["created"]
         if isinstance(created, str):
             created = datetime.fromisoformat(created)

@@ -224,7 +224,6 @@ class LocalDatasetStore(DatasetStore):
                 if progress:
                     progress(len(piece))
         self.stats.bytes_received += total
-        self.stats.arrays_received += 1
         return total
 
     # -- fold plans ------------------------------------------------------------------------------------------

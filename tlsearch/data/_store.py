@@ -11,7 +11,6 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
@@ -36,7 +35,6 @@ class TransferStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     arrays_sent: int = 0
-    arrays_received: int = 0
 
 
 class DatasetStore(abc.ABC):
@@ -126,7 +124,7 @@ class DatasetStore(abc.ABC):
     def close(self) -> None:
         """Release connections; the store reconnects if used again."""
 
-    def __enter__(self) -> "DatasetStore":
+    def __enter__(self) -> DatasetStore:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -155,17 +153,3 @@ def version_for_push(name: str, latest: DatasetInfo | None, content_hash: str,
 def stored_size(info: DatasetInfo) -> int:
     """Bytes of all of `info`'s .npy files (what a download moves)."""
     return sum(npy_size(info.dtype(name), info.shape(name)) for name in info.arrays)
-
-
-def open_dataset_store(mongo_uri: str | None = None, *, database: str = "tlsearch",
-                       root: Path | None = None) -> DatasetStore:
-    """The MongoDB (GridFS) store when `mongo_uri` is given, else the local store under `root`/datasets
-    (`root` defaults to tlsearch.config.home())."""
-    if mongo_uri:
-        from tlsearch.data._gridfs import MongoDatasetStore
-
-        return MongoDatasetStore(mongo_uri, database)
-    from tlsearch import config
-    from tlsearch.data._local import LocalDatasetStore
-
-    return LocalDatasetStore(config.home(root) / "datasets")

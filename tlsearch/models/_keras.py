@@ -11,16 +11,15 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from tlsearch.models._base import Fold, FoldResult, NonFiniteLossError, is_class_labels
+from tlsearch.models._base import Fold, FoldResult, ModelKind, NonFiniteLossError, SpecView, is_class_labels
 from tlsearch.models._sklearn import resolve_scorer
-
-if TYPE_CHECKING:
-    from tlsearch.study import KerasModel, StudySpec
+from tlsearch.spec_checks import is_int, require
 
 _keras_ready = False
 _import_lock = threading.Lock()  # a worker imports Keras in the background while its first trial may start
@@ -243,7 +242,7 @@ class KerasTrainer:
     any other name is a scikit-learn scorer, applied to the model's predictions.
     """
 
-    def __init__(self, spec: StudySpec, input_shape: tuple[int, ...], target: Target) -> None:
+    def __init__(self, spec: SpecView, input_shape: tuple[int, ...], target: Target) -> None:
         self._model_spec: KerasModel = spec.model
         self._metrics = spec.metrics
         self._input_shape = tuple(input_shape)
@@ -365,3 +364,58 @@ class KerasTrainer:
         if self._target.classes is None:
             return _KerasRegressorView(model, self._eval_batch_size)
         return _KerasClassifierView(model, self._target.classes, self._eval_batch_size)
+
+
+@dataclass
+class KerasModel(ModelKind):
+    """A Keras model trained per fold: `build(params, input_shape, n_classes)` returns a compiled keras.Model.
+
+    input_shape is `X.shape[1:]`; n_classes is the number of distinct labels when y holds class labels
+    (integers, booleans or strings; encoded as 0..n_classes-1 for training) and None for a float y. `task` forces
+    "classification" or "regression" instead of inferring it from y. `early_stopping` is a patience in
+    epochs: it watches val_loss on `early_stopping_fraction` of the fold's training rows (never on the
+    fold's validation rows, so the CV score stays honest) and restores the best weights.
+    `fit_kwargs` go to `model.fit` unchanged (e.g. class_weight). `callbacks` is a function
+    `(trial_number, fold_index) -> list of keras.callbacks.Callback`, called for each fold (callbacks hold
+    state: return new ones each time); they run after tlsearch's own (NaN guard, early stopping).
+    """
+
+    build: Callable[..., Any]
+    epochs: int = 10
+    batch_size: int = 32
+    early_stopping: int | None = None
+    early_stopping_fraction: float = 0.1
+    fit_kwargs: dict = field(default_factory=dict)
+    task: str | None = None
+    callbacks: Callable[[int, int], Sequence[Any]] | None = None
+
+    def __post_init__(self) -> None:
+        require(callable(self.build), "KerasModel.build",
+                 "must be a function (params, input_shape, n_classes) -> compiled keras.Model")
+        require(is_int(self.epochs) and self.epochs >= 1, "KerasModel.epochs",
+                 f"must be an int >= 1, got {self.epochs!r}")
+        require(is_int(self.batch_size) and self.batch_size >= 1, "KerasModel.batch_size",
+                 f"must be an int >= 1, got {self.batch_size!r}")
+        require(self.early_stopping is None or (is_int(self.early_stopping) and self.early_stopping >= 1),
+                 "KerasModel.early_stopping",
+                 f"must be a patience in epochs (int >= 1) or None, got {self.early_stopping!r}")
+        require(isinstance(self.early_stopping_fraction, (int, float)) and 0 < self.early_stopping_fraction < 1,
+                 "KerasModel.early_stopping_fraction",
+                 f"must be between 0 and 1, got {self.early_stopping_fraction!r}")
+        require(isinstance(self.fit_kwargs, Mapping), "KerasModel.fit_kwargs", "must be a dict")
+        reserved = {"x", "y", "epochs", "batch_size", "validation_data", "sample_weight"} & set(self.fit_kwargs)
+        require(not reserved, "KerasModel.fit_kwargs", f"must not set {sorted(reserved)}: tlsearch sets them per fold")
+        require("callbacks" not in self.fit_kwargs, "KerasModel.fit_kwargs",
+                 "must not set 'callbacks' (they would be shared by every fold): pass "
+                 "KerasModel(callbacks=lambda trial_number, fold_index: [...]) to get fresh ones per fold")
+        require(self.callbacks is None or callable(self.callbacks), "KerasModel.callbacks",
+                 f"must be a function (trial_number, fold_index) -> list of Keras callbacks, got {self.callbacks!r}")
+        require(self.task in (None, "classification", "regression"), "KerasModel.task",
+                 f"must be 'classification', 'regression' or None, got {self.task!r}")
+
+    default_metric = "loss"
+    framework = "keras"
+
+    def trainer(self, spec: SpecView, arrays: Mapping[str, np.ndarray]) -> KerasTrainer:
+        """Reads the full y once, to find the classes."""
+        return KerasTrainer(spec, tuple(arrays["X"].shape[1:]), describe_target(np.asarray(arrays["y"]), self.task))

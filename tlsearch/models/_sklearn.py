@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from tlsearch.models._base import Fold, FoldResult
-
-if TYPE_CHECKING:
-    from tlsearch.study import StudySpec
+from tlsearch.models._base import Fold, FoldResult, ModelKind, SpecView
+from tlsearch.spec_checks import require
 
 Scorer = Callable[[Any, np.ndarray, np.ndarray], float]
 
@@ -31,7 +30,7 @@ def resolve_scorer(metric: Any) -> Scorer:
 class SklearnTrainer:
     """Fits `spec.model.factory(params)` on each fold, like scikit-learn's cross_validate."""
 
-    def __init__(self, spec: StudySpec) -> None:
+    def __init__(self, spec: SpecView) -> None:
         self._factory = spec.model.factory
         self._scorers = [resolve_scorer(metric) for metric in spec.metrics]
         self._return_train_score = spec.return_train_score
@@ -71,3 +70,20 @@ class SklearnTrainer:
         estimator = self._new_estimator(params, seed)
         fit_params = {} if sample_weight is None else {"sample_weight": sample_weight}
         return estimator.fit(X, y, **fit_params)
+
+
+@dataclass
+class SklearnModel(ModelKind):
+    """A scikit-learn estimator per fold: `factory(params)` returns a fresh, unfitted estimator."""
+
+    factory: Callable[[dict], Any]
+
+    def __post_init__(self) -> None:
+        require(callable(self.factory), "SklearnModel.factory", "must be a function params -> scikit-learn estimator")
+
+    metrics_are_scorers = True
+    gathers_fold_rows = True
+    framework = "sklearn"
+
+    def trainer(self, spec: SpecView, arrays: Mapping[str, np.ndarray]) -> SklearnTrainer:
+        return SklearnTrainer(spec)

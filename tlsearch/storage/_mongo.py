@@ -26,17 +26,17 @@ from bson.codec_options import CodecOptions
 from optuna.distributions import BaseDistribution, check_distribution_compatibility
 from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.storages import BaseStorage
-from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
-from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.study import StudyDirection
-from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 from pymongo import IndexModel, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
+from tlsearch import _optuna_compat as compat
+from tlsearch._optuna_compat import DEFAULT_STUDY_NAME_PREFIX, BaseHeartbeat, FrozenStudy
+from tlsearch.config import DEFAULT_DATABASE
+from tlsearch.mongo import MongoUnavailableError, connect, mask_uri, ping, retrying
 from tlsearch.storage import _codec as codec
 from tlsearch.storage._cache import StudyCache
-from tlsearch.storage._client import MongoUnavailableError, connect, mask_uri, ping, retrying
 
 _logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
     def __init__(
         self,
         url_or_client: str | pymongo.MongoClient,
-        database: str = "tlsearch",
+        database: str = DEFAULT_DATABASE,
         *,
         heartbeat_interval: float | None = None,
         grace_period: float | None = None,
@@ -214,7 +214,7 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
     def _take_written(self, trial_id: int) -> FrozenTrial | None:
         trial = getattr(self._just_written, "trial", None)
         self._just_written.trial = None
-        return trial if trial is not None and trial._trial_id == trial_id else None
+        return trial if trial is not None and compat.trial_id(trial) == trial_id else None
 
     def _insert(self, collection: str, document: dict[str, Any]) -> bool:
         """Insert `document`; False if its unique keys are taken by another document.
@@ -380,7 +380,7 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
         with self._lock:
             cache.add(trial, document)
         self._remember_written(trial)
-        return trial._trial_id
+        return compat.trial_id(trial)
 
     def _study_distribution(self, cache: StudyCache, name: str, distribution: BaseDistribution) -> BaseDistribution:
         """The distribution of parameter `name` in the study: the first one anyone registered (this one if none)."""

@@ -7,22 +7,24 @@ import io
 import json
 import math
 import re
-import sys
-import types
 from collections import Counter
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tlsearch import study_attrs
+from tlsearch.config import DEFAULT_DATABASE
 from tlsearch.errors import TLSearchError
+from tlsearch.stores import Stores
 
 _SPLIT = re.compile(r"^split(\d+)_test_score$")
 
 
-def fold_scores(trial: FrozenTrial) -> list[float]:
-    """The trial's per-fold validation scores, in fold order."""
-    folds = sorted((int(m.group(1)), value) for key, value in trial.user_attrs.items() if (m := _SPLIT.match(key)))
-    return [value for _, value in folds]
+def fold_scores(trial: FrozenTrial) -> dict[int, float]:
+    """The trial's validation score per fold number, in fold order (a pruned trial lacks its later folds)."""
+    folds = sorted((int(m.group(1)), value) for key, value in trial.user_attrs.items()
+                   if (m := _SPLIT.match(key)) and isinstance(value, (int, float)))
+    return dict(folds)
 
 
 def trial_row(trial: FrozenTrial) -> dict:
@@ -36,7 +38,7 @@ def trial_row(trial: FrozenTrial) -> dict:
     for key in ("mean_test_score", "std_test_score"):
         if key in attrs:
             row[key] = attrs[key]
-    for k, score in enumerate(fold_scores(trial)):
+    for k, score in fold_scores(trial).items():
         row[f"split{k}_test_score"] = score
     row.update({f"params_{name}": value for name, value in trial.params.items()})
     row["duration_s"] = trial.duration.total_seconds() if trial.duration else None
@@ -55,13 +57,10 @@ _CV_COLUMNS = ("rank_test_score", "mean_test_score", "std_test_score", "mean_fit
 _STD_OF_FOLDS = ("std_test_score", "std_fit_time", "std_score_time")
 
 
-def results(name: str, *, mongo: str | None = None, database: str = "tlsearch", home=None,
+def results(name: str, *, mongo: str | None = None, database: str = DEFAULT_DATABASE, home=None,
             states: tuple[TrialState, ...] | None = None):
     """The trials of study `name` as a pandas DataFrame, one row per trial (what `tlsearch trials` prints)."""
-    from tlsearch import runner
-    from tlsearch.stores import Stores
-
-    return trials_frame(runner.load(Stores.resolve(mongo, database, home), name), states)
+    return trials_frame(study_attrs.load(Stores.resolve(mongo, database, home), name), states)
 
 
 def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = None):
@@ -191,7 +190,7 @@ def best_summary(study: optuna.Study) -> str:
             lines.append(f"  CV score: {attrs['mean_test_score']:.6g} ± {attrs.get('std_test_score', float('nan')):.3g}")
         scores = fold_scores(trial)
         if scores:
-            lines.append("  folds:    " + "  ".join(f"{s:.4g}" for s in scores))
+            lines.append("  folds:    " + "  ".join(f"{s:.4g}" for s in scores.values()))
         for name, value in trial.params.items():
             lines.append(f"  {name} = {value!r}")
     return "\n".join(lines)
@@ -199,8 +198,6 @@ def best_summary(study: optuna.Study) -> str:
 
 def study_status(study_summary: optuna.study.StudySummary, study: optuna.Study) -> dict:
     """Counts by state, best value, dataset, started and last activity of one study."""
-    from tlsearch.runner import ATTR_DATASET_REF, system_attrs
-
     trials = study.get_trials(deepcopy=False)
     counts = Counter(t.state.name for t in trials)
     times = [t for tr in trials for t in (tr.datetime_start, tr.datetime_complete) if t is not None]
@@ -212,7 +209,7 @@ def study_status(study_summary: optuna.study.StudySummary, study: optuna.Study) 
         "running": counts["RUNNING"], "waiting": counts["WAITING"],
         "best_value": best.value if best is not None and len(study_summary.directions) == 1 else None,
         "best_trial": best.number if best is not None else None,
-        "dataset": system_attrs(study).get(ATTR_DATASET_REF),
+        "dataset": study_attrs.read(study).get(study_attrs.DATASET_REF),
         "started": min(times).isoformat(timespec="seconds") if times else None,
         "last_activity": max(times).isoformat(timespec="seconds") if times else None,
     }
@@ -231,13 +228,3 @@ def _text(value) -> str:
         return f"{value:.6g}"
     return str(value)
 
-
-class _CallableModule(types.ModuleType):
-    """`tlsearch.results(name)` is the public function, but importing this module (the CLI does) makes the
-    package attribute `tlsearch.results` this module: calling the module calls the function."""
-
-    def __call__(self, *args, **kwargs):
-        return results(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

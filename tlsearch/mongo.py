@@ -1,5 +1,6 @@
-"""Connecting to MongoDB: a fast, clear failure when it cannot be reached, retries while it is briefly away,
-and URIs shown without their credentials."""
+"""The one MongoDB layer of the study store, the dataset store and the artifact store: a client that fails fast
+and clearly when the server cannot be reached (`connect`), retries while it is briefly away (`retrying`), and
+URIs shown without their credentials or secret options (`mask_uri`, `scrub`)."""
 
 from __future__ import annotations
 
