@@ -19,7 +19,6 @@ push of that content takes it over after STALE_SECONDS and removes what was left
 from __future__ import annotations
 
 import io
-import math
 import re
 import time
 from collections.abc import Iterable, Iterator
@@ -38,7 +37,7 @@ from tlsearch.data._info import DatasetInfo, check_name, describe_arrays, parse_
 from tlsearch.data._npy import iter_npy
 from tlsearch.data._paths import check_sha256
 from tlsearch.data._store import DatasetStore, Progress, version_for_push
-from tlsearch.mongo import connect
+from tlsearch.mongo import GridFSDamagedError, connect, read_gridfs_chunks
 
 CHUNK_BYTES = 4 << 20  # measured on the test server: 1 MiB ≈ 110 MB/s in, 4-8 MiB ≈ 135 MB/s in and faster out
 READ_BATCH_BYTES = 12 << 20
@@ -315,27 +314,18 @@ class MongoDatasetStore(DatasetStore):
 
     def _download(self, file: dict, sink: BinaryIO, progress: Progress | None, what: str) -> int:
         """Read one GridFS file's chunks in order, at most READ_BATCH_BYTES per reply, checking each."""
-        length, chunk_size = int(file["length"]), int(file["chunk_size"])
-        expected = math.ceil(length / chunk_size) if length else 0
-        cursor = (self._chunks.find({"files_id": file["id"]}, {"_id": 0, "n": 1, "data": 1})
-                  .sort("n", 1).batch_size(max(1, READ_BATCH_BYTES // chunk_size)))
-        n = total = 0
+        total = 0
         try:
-            for chunk in cursor:
-                size = chunk_size if n < expected - 1 else length - chunk_size * (expected - 1)
-                if chunk["n"] != n or n >= expected or len(chunk["data"]) != size:
-                    raise DatasetCorruptedError(f"{what} is damaged in the store (chunk {n}); delete it and push it again")
-                sink.write(chunk["data"])
-                total += size
-                n += 1
-                self.stats.bytes_received += size
+            for data in read_gridfs_chunks(self._chunks, file["id"], int(file["length"]), int(file["chunk_size"]),
+                                           batch_bytes=READ_BATCH_BYTES):
+                sink.write(data)
+                total += len(data)
+                self.stats.bytes_received += len(data)
                 if progress:
-                    progress(size)
-        finally:
-            cursor.close()
-        if n != expected:
-            raise DatasetCorruptedError(f"{what} is truncated in the store ({n} of {expected} chunks); "
-                                        "delete it and push it again")
+                    progress(len(data))
+        except GridFSDamagedError as error:
+            raise DatasetCorruptedError(f"{what} is {error.problem} in the store ({error.detail}); "
+                                        "delete it and push it again") from None
         return total
 
     # -- fold plans ----------------------------------------------------------------------------------------------
