@@ -79,6 +79,7 @@ def digits_folds(n_folds: int):
 
 # --- the loops a user writes by hand (run in a child process: `--child hand|warm`) ---------------------------
 
+
 def hand_trial(kind: str, x, y, folds, epochs: int, seed: int) -> float:
     import keras
 
@@ -131,8 +132,20 @@ def child(mode: str, kind: str, n_trials: int, n_folds: int, epochs: int) -> Non
 
 
 def run_child(mode: str, kind: str, args) -> dict:
-    command = [sys.executable, __file__, "--child", mode, "--models", kind, "--trials", str(args.trials),
-               "--folds", str(args.folds), "--epochs", str(args.epochs)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        mode,
+        "--models",
+        kind,
+        "--trials",
+        str(args.trials),
+        "--folds",
+        str(args.folds),
+        "--epochs",
+        str(args.epochs),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
     if result.returncode != 0:
         raise RuntimeError(f"{mode} {kind} failed:\n{result.stderr[-3000:]}")
@@ -141,15 +154,23 @@ def run_child(mode: str, kind: str, args) -> dict:
 
 # --- tlsearch -------------------------------------------------------------------------------------------------
 
+
 def study_spec(kind: str, n_trials: int, n_folds: int, epochs: int):
     import optuna
 
     import tlsearch
 
-    return tlsearch.StudySpec(name=f"throughput-{kind}", dataset="sklearn:digits", space={},
-                              model=tlsearch.KerasModel(BUILDERS[kind], epochs=epochs, batch_size=BATCH_SIZE),
-                              cv=n_folds, metric="accuracy", n_trials=n_trials,
-                              sampler=optuna.samplers.RandomSampler(seed=0), pruner=optuna.pruners.NopPruner())
+    return tlsearch.StudySpec(
+        name=f"throughput-{kind}",
+        dataset="sklearn:digits",
+        space={},
+        model=tlsearch.KerasModel(BUILDERS[kind], epochs=epochs, batch_size=BATCH_SIZE),
+        cv=n_folds,
+        metric="accuracy",
+        n_trials=n_trials,
+        sampler=optuna.samplers.RandomSampler(seed=0),
+        pruner=optuna.pruners.NopPruner(),
+    )
 
 
 def run_tlsearch(kind: str, args, home: Path) -> dict:
@@ -158,18 +179,23 @@ def run_tlsearch(kind: str, args, home: Path) -> dict:
     from tlsearch.stores import Stores
 
     started = time.time()
-    study = tlsearch.run(study_spec(kind, args.trials, args.folds, args.epochs), stores=Stores(home=home),
-                         n_workers=1, progress="off")
+    study = tlsearch.run(
+        study_spec(kind, args.trials, args.folds, args.epochs), stores=Stores(home=home), n_workers=1, progress="off"
+    )
     trials = sorted(study.trials, key=lambda trial: trial.number)
     bad = [trial for trial in trials if trial.state.name != "COMPLETE"]
     if bad:
         raise RuntimeError(f"tlsearch trial failed: {bad[0].user_attrs.get('error_message')}")
     durations = [trial.duration.total_seconds() for trial in trials]
-    return {"durations": durations, "scores": [trial.value for trial in trials],
-            "import_and_first": trials[0].datetime_complete.timestamp() - started}
+    return {
+        "durations": durations,
+        "scores": [trial.value for trial in trials],
+        "import_and_first": trials[0].datetime_complete.timestamp() - started,
+    }
 
 
 # --- where a tlsearch trial's time goes --------------------------------------------------------------------------
+
 
 class Stopwatch:
     """Sums the time spent in wrapped functions, per label, into `totals` (replaced for each trial)."""
@@ -187,6 +213,7 @@ class Stopwatch:
                 return original(*args, **kwargs)
             finally:
                 self.totals[label] += time.perf_counter() - begun
+
         setattr(owner, name, timed)
 
 
@@ -215,6 +242,7 @@ def breakdown(kind: str, args, home: Path) -> dict[str, float]:
             return load_study(*a, **kw)
         finally:
             watch.totals["study load"] += time.perf_counter() - begun
+
     watch.wrap(trial_task, "_open_dataset", "data open")
     watch.wrap(trial_task, "_fold_plan", "data open")
     watch.wrap(_keras.KerasTrainer, "_build", "build + compile")
@@ -229,13 +257,26 @@ def breakdown(kind: str, args, home: Path) -> dict[str, float]:
             return fit(self, *a, **kw)
         finally:
             watch.fits.append(time.perf_counter() - begun)
+
     keras.Model.fit, optuna.load_study = timed_fit, new_trial
     try:
-        with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
-                                      host="127.0.0.1", dashboard_address=None) as local, \
-                distributed.Client(local) as client:
-            study = tlsearch.run(study_spec(kind, args.trials, args.folds, args.epochs), stores=Stores(home=home),
-                                 client=client, progress="off")
+        with (
+            distributed.LocalCluster(
+                n_workers=1,
+                threads_per_worker=1,
+                processes=False,
+                protocol="tcp",
+                host="127.0.0.1",
+                dashboard_address=None,
+            ) as local,
+            distributed.Client(local) as client,
+        ):
+            study = tlsearch.run(
+                study_spec(kind, args.trials, args.folds, args.epochs),
+                stores=Stores(home=home),
+                client=client,
+                progress="off",
+            )
     finally:
         keras.Model.fit, optuna.load_study = fit, load_study
     durations = [trial.duration.total_seconds() for trial in sorted(study.trials, key=lambda t: t.number)]
@@ -253,6 +294,7 @@ def breakdown(kind: str, args, home: Path) -> dict[str, float]:
 
 # --- the tables ---------------------------------------------------------------------------------------------------
 
+
 def summary(figures: dict) -> tuple[float, float, float]:
     durations = figures["durations"]
     later = durations[1:] or durations
@@ -260,8 +302,10 @@ def summary(figures: dict) -> tuple[float, float, float]:
 
 
 def print_table(kind: str, rows: dict[str, dict], args) -> None:
-    print(f"\n{kind}: digits, {args.folds} folds x {args.epochs} epochs, batch {BATCH_SIZE}, "
-          f"{args.trials} trials each (median of trials 2..{args.trials})")
+    print(
+        f"\n{kind}: digits, {args.folds} folds x {args.epochs} epochs, batch {BATCH_SIZE}, "
+        f"{args.trials} trials each (median of trials 2..{args.trials})"
+    )
     print(f"{'':10} {'s/trial':>8} {'first trial':>12} {'start->1st end':>15} {'mean score':>11}")
     medians = {}
     for name, figures in rows.items():

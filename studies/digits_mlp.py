@@ -1,4 +1,5 @@
 """Digits (8x8 images as 64 features, 10 classes) with a Keras MLP: the demo study, 12 trials of 3-fold CV."""
+
 import tlsearch
 from search_spaces.mlp import make_mlp, mlp
 from search_spaces.optimizers import compile_model, optimizer

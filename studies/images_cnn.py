@@ -1,4 +1,5 @@
 """Digits as 8x8 grey-scale images (scikit-learn's digits reshaped to 8x8x1) with a small Keras CNN, 3-fold CV."""
+
 import tlsearch
 from search_spaces.cnn import cnn, make_cnn
 from search_spaces.optimizers import compile_model, optimizer

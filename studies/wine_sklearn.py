@@ -1,4 +1,5 @@
 """Wine (13 chemical measurements, 3 cultivars) with a scikit-learn random forest, 5-fold CV."""
+
 import tlsearch
 from search_spaces.tree_ensembles import make_random_forest, random_forest
 

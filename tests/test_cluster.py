@@ -17,7 +17,7 @@ from tlsearch.study import load_study_file
 
 pytestmark = pytest.mark.timeout(240)
 
-STUDY = '''
+STUDY = """
 import tlsearch
 
 def fit(params, fold, report):
@@ -26,22 +26,41 @@ def fit(params, fold, report):
 study = tlsearch.StudySpec(name="on-workers", dataset="sklearn:iris", model=tlsearch.CustomLoop(fit),
                            space=lambda trial: {"x": trial.suggest_float("x", 0, 1)}, cv=2,
                            direction="maximize", n_trials=4)
-'''
+"""
 
 
 def test_worker_command_joins_a_scheduler_and_runs_trials(tmp_path):
     study_file = tmp_path / "study.py"
     study_file.write_text(STUDY)
     with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=None) as empty:
-        worker = subprocess.Popen([sys.executable, "-m", "tlsearch", "worker", "--scheduler", empty.scheduler_address,
-                                   "--gpus", "all", "--cpu-workers", "1"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tlsearch",
+                "worker",
+                "--scheduler",
+                empty.scheduler_address,
+                "--gpus",
+                "all",
+                "--cpu-workers",
+                "1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
             with distributed.Client(empty) as client:
                 client.wait_for_workers(1, timeout=60)
                 assert cluster.trial_resources(client) is None  # a CPU worker offers no GPU share
-            study = driver.run(load_study_file(study_file), stores=Stores(home=tmp_path),
-                               scheduler=empty.scheduler_address, progress="off")
+            study = driver.run(
+                load_study_file(study_file),
+                stores=Stores(home=tmp_path),
+                scheduler=empty.scheduler_address,
+                progress="off",
+            )
         finally:
             os.killpg(worker.pid, signal.SIGINT)
             try:
@@ -74,6 +93,10 @@ def test_the_local_cluster_listens_on_loopback_only():
 
     with connect(n_workers=1) as client:
         pids = [os.getpid(), *client.run(os.getpid).values()]
-        listening = [c.laddr for pid in pids for c in psutil.Process(pid).net_connections("inet")
-                     if c.status == psutil.CONN_LISTEN]
+        listening = [
+            c.laddr
+            for pid in pids
+            for c in psutil.Process(pid).net_connections("inet")
+            if c.status == psutil.CONN_LISTEN
+        ]
     assert listening and all(address.ip in ("127.0.0.1", "::1") for address in listening), listening

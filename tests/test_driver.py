@@ -23,7 +23,7 @@ from tlsearch.study import load_study_file
 
 pytestmark = pytest.mark.timeout(300)
 
-STUDY_FILE = '''
+STUDY_FILE = """
 import os, time
 import numpy as np
 import optuna
@@ -42,7 +42,7 @@ study = tlsearch.StudySpec(
     name="engine", dataset="sklearn:iris", space=space, model=tlsearch.CustomLoop(fit),
     cv=3, direction="maximize", n_trials={n_trials}, retries=2,
     sampler=optuna.samplers.RandomSampler(seed=7), pruner=optuna.pruners.NopPruner())
-'''
+"""
 
 
 def write_study(tmp_path, n_trials=6, sleep=0.0, body="pass", name="study.py"):
@@ -103,8 +103,10 @@ def test_mongo_run_and_stop_flag(tmp_path, mongo_uri, mongo_db_name):
 
 def test_worker_killed_mid_trial_is_failed_and_retried(tmp_path):
     marker = tmp_path / "killed-once"
-    body = (f"if fold.index == 1 and not os.path.exists({str(marker)!r}):\n"
-            f"        open({str(marker)!r}, 'w').close(); os.kill(os.getpid(), 9)")
+    body = (
+        f"if fold.index == 1 and not os.path.exists({str(marker)!r}):\n"
+        f"        open({str(marker)!r}, 'w').close(); os.kill(os.getpid(), 9)"
+    )
     spec = load_study_file(write_study(tmp_path, n_trials=5, body=body))
     study = driver.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
     assert marker.exists()
@@ -128,10 +130,24 @@ def test_user_error_fails_the_trial_with_its_message_and_the_study_goes_on(tmp_p
 
 
 def _driver(tmp_path, study_file, *args):
-    command = [sys.executable, "-m", "tlsearch", "run", str(study_file), "--home", str(tmp_path / "home"),
-               "--workers", "2", "--progress", "log", "--no-report", *args]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "tlsearch",
+        "run",
+        str(study_file),
+        "--home",
+        str(tmp_path / "home"),
+        "--workers",
+        "2",
+        "--progress",
+        "log",
+        "--no-report",
+        *args,
+    ]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
 
 def _wait_for_complete(load, n, process, timeout=120):
@@ -224,13 +240,13 @@ def test_resume_of_a_missing_study_says_so(tmp_path):
 
 def test_kept_validation_predictions_are_trial_artifacts(tmp_path):
     study_file = tmp_path / "tree.py"
-    study_file.write_text('''
+    study_file.write_text("""
 import tlsearch
 from sklearn.tree import DecisionTreeClassifier
 study = tlsearch.StudySpec(name="kept", dataset="sklearn:iris", cv=3, n_trials=2, keep_predictions=True,
                            space=lambda trial: {"depth": trial.suggest_int("depth", 1, 4)},
                            model=tlsearch.SklearnModel(lambda p: DecisionTreeClassifier(max_depth=p["depth"])))
-''')
+""")
     stores = Stores(home=tmp_path / "home")
     study = driver.run(load_study_file(study_file), stores=stores, n_workers=1, progress="off")
     from optuna.artifacts import download_artifact, get_all_artifact_meta

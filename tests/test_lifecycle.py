@@ -25,7 +25,7 @@ from tlsearch.stores import Stores
 pytestmark = pytest.mark.timeout(400)
 
 # A script as a user writes it: tlsearch.run under the main guard (or not, with GUARD="").
-DRIVER_SCRIPT = '''
+DRIVER_SCRIPT = """
 import sys
 from pathlib import Path
 import tlsearch
@@ -39,22 +39,37 @@ def main():
 
 {guard}
     main()
-'''
+"""
 
 
 def _cli(tmp_path, study_file, *args):
-    command = [sys.executable, "-m", "tlsearch", "run", str(study_file), "--home", str(tmp_path / "home"),
-               "--workers", "2", "--progress", "log", "--no-report", *args]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "tlsearch",
+        "run",
+        str(study_file),
+        "--home",
+        str(tmp_path / "home"),
+        "--workers",
+        "2",
+        "--progress",
+        "log",
+        "--no-report",
+        *args,
+    ]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
 
 def _script(tmp_path, study_file, mongo="", database="tlsearch", guard='if __name__ == "__main__":'):
     path = tmp_path / "drive.py"
     path.write_text(DRIVER_SCRIPT.format(guard=guard or "if True:"))
     command = [sys.executable, str(path), str(study_file), str(tmp_path / "home"), mongo, database]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, cwd=tmp_path)
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=tmp_path
+    )
 
 
 def _wait_for_running(load, process, timeout=120):
@@ -116,8 +131,9 @@ def test_second_ctrl_c_fails_running_trials_as_interrupted_and_queues_retries(tm
 
 def test_a_study_whose_every_trial_fails_exits_non_zero(tmp_path, capsys):
     study_file = write_study(tmp_path, n_trials=3, body='raise ValueError("always")')
-    code = cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1",
-                     "--progress", "off", "--no-report"])
+    code = cli.main(
+        ["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1", "--progress", "off", "--no-report"]
+    )
     assert code == driver.EXIT_CODES[driver.CONSECUTIVE_FAILURES]
     assert "run ended: too many trials failed in a row" in capsys.readouterr().err
 
@@ -178,16 +194,24 @@ def test_run_without_the_main_guard_says_to_add_it(tmp_path):
     assert process.returncode != 0
     lines = output.strip().splitlines()
     # The worker process that imported the script says why in one line; the script's own call raises.
-    assert any(line.startswith("tlsearch: error: tlsearch.run was called while a worker process imported")
-               for line in lines), output
+    assert any(
+        line.startswith("tlsearch: error: tlsearch.run was called while a worker process imported") for line in lines
+    ), output
     assert lines[-1].startswith("tlsearch.errors.TLSearchError") and 'if __name__ == "__main__":' in lines[-1]
     assert output.count("Traceback") == 1, output  # the script's uncaught error, none from the workers
     assert "already running" not in output, output
 
 
-@pytest.mark.parametrize("option, value, field", [("--n-trials", "0", "n_trials"), ("--n-trials", "-3", "n_trials"),
-                                                  ("--parallelism", "0", "parallelism"),
-                                                  ("--timeout", "0", "timeout"), ("--workers", "0", "n_workers")])
+@pytest.mark.parametrize(
+    "option, value, field",
+    [
+        ("--n-trials", "0", "n_trials"),
+        ("--n-trials", "-3", "n_trials"),
+        ("--parallelism", "0", "parallelism"),
+        ("--timeout", "0", "timeout"),
+        ("--workers", "0", "n_workers"),
+    ],
+)
 def test_bad_budget_options_are_refused_before_a_study_exists(tmp_path, capsys, option, value, field):
     study_file = write_study(tmp_path)
     code = cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), option, value, "--no-report"])
@@ -220,8 +244,22 @@ def test_a_finished_study_has_nothing_to_do(tmp_path, capsys):
 
 def test_tied_best_trials_print_one_and_say_how_many_tie(tmp_path, capsys):
     study_file = write_study(tmp_path, n_trials=3, body="return 1.0")
-    assert cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1",
-                     "--progress", "off", "--no-report"]) == 0
+    assert (
+        cli.main(
+            [
+                "run",
+                str(study_file),
+                "--home",
+                str(tmp_path / "home"),
+                "--workers",
+                "1",
+                "--progress",
+                "off",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "3 trials tie for the best value" in out
     assert out.count("best trial #") == 1 and "best trial #0:" in out, out

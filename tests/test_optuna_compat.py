@@ -35,7 +35,9 @@ def test_private_import_exists(module, name):
     try:
         value = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as error:
-        pytest.fail(f"Optuna {optuna.__version__} no longer has {module}.{name} ({error}): see tlsearch/_optuna_compat.py")
+        pytest.fail(
+            f"Optuna {optuna.__version__} no longer has {module}.{name} ({error}): see tlsearch/_optuna_compat.py"
+        )
     assert value is not None
 
 
@@ -121,8 +123,11 @@ def test_journal_lock_protocol():
     assert list(inspect.signature(compat.get_lock_file).parameters) == ["lock_obj"], "get_lock_file(lock_obj)"
 
 
-@pytest.mark.parametrize("sampler", [optuna.samplers.TPESampler(seed=1), optuna.samplers.RandomSampler(seed=1),
-                                     optuna.samplers.NSGAIISampler(seed=1)], ids=lambda s: type(s).__name__)
+@pytest.mark.parametrize(
+    "sampler",
+    [optuna.samplers.TPESampler(seed=1), optuna.samplers.RandomSampler(seed=1), optuna.samplers.NSGAIISampler(seed=1)],
+    ids=lambda s: type(s).__name__,
+)
 def test_seeded_copies_draw_per_seed(sampler):
     """`LazyRandomState` in a sampler's attributes: each seed its own draws, the same seed the same draws."""
     from tlsearch import _optuna_compat as compat
@@ -145,7 +150,9 @@ def test_plain_optuna_reads_the_journal_tlsearch_writes(tmp_path):
     for value in (0.25, 0.75):
         trial = study.ask()
         trial.suggest_float("x", 0, 1)
-        storage.set_trial_intermediate_value_and_user_attrs(compat.trial_id(trial), 0, value, {"split0_test_score": value})
+        storage.set_trial_intermediate_value_and_user_attrs(
+            compat.trial_id(trial), 0, value, {"split0_test_score": value}
+        )
         study.tell(trial, value)
     plain = JournalStorage(JournalFileBackend(str(tmp_path / "studies.journal")))
     loaded = optuna.load_study(study_name="plain", storage=plain)

@@ -18,7 +18,7 @@ from tlsearch.study import load_study_file
 
 pytestmark = pytest.mark.timeout(300)
 
-SKLEARN_STUDY = '''
+SKLEARN_STUDY = """
 import tlsearch
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
@@ -30,9 +30,9 @@ def space(trial):
 study = tlsearch.StudySpec(name="wine-refit", dataset="sklearn:wine", space=space,
                            model=tlsearch.SklearnModel(lambda p: make_pipeline(StandardScaler(), LogisticRegression(C=p["C"]))),
                            cv=3, metric="accuracy", n_trials=3)
-'''
+"""
 
-KERAS_STUDY = '''
+KERAS_STUDY = """
 import keras
 import tlsearch
 
@@ -48,15 +48,15 @@ def build(params, input_shape, n_classes):
 study = tlsearch.StudySpec(name="iris-refit", dataset="sklearn:iris", space=space,
                            model=tlsearch.KerasModel(build, epochs=2, batch_size=16), cv=2,
                            metric="accuracy", n_trials=2)
-'''
+"""
 
-PREDICT = '''
+PREDICT = """
 import sys, numpy as np, tlsearch
 from sklearn.datasets import load_{dataset}
 model = tlsearch.load_model(sys.argv[1], home=sys.argv[2])
 X = load_{dataset}(return_X_y=True)[0]
 np.save(sys.argv[3], np.asarray(model.predict(X)))
-'''
+"""
 
 
 def _run_and_refit(tmp_path, source, dataset):
@@ -127,7 +127,7 @@ def test_study_without_refit_says_how_to_make_one(tmp_path):
 
 def test_test_holdout_is_never_cross_validated_and_scores_the_refit(tmp_path):
     study_file = tmp_path / "study.py"
-    study_file.write_text(SKLEARN_STUDY.replace('n_trials=3)', 'n_trials=2, holdout=0.25)'))
+    study_file.write_text(SKLEARN_STUDY.replace("n_trials=3)", "n_trials=2, holdout=0.25)"))
     spec = load_study_file(study_file)
     stores = Stores(home=tmp_path / "home")
     study = driver.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)

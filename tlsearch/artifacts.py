@@ -46,8 +46,14 @@ class MongoArtifactStore:
     built from a `MongoClient`, it uses that client and cannot be pickled.
     """
 
-    def __init__(self, url_or_client: str | pymongo.MongoClient, database: str = DEFAULT_DATABASE, *,
-                 bucket: str = "artifacts", chunk_size_bytes: int = 1024 * 1024) -> None:
+    def __init__(
+        self,
+        url_or_client: str | pymongo.MongoClient,
+        database: str = DEFAULT_DATABASE,
+        *,
+        bucket: str = "artifacts",
+        chunk_size_bytes: int = 1024 * 1024,
+    ) -> None:
         if not isinstance(url_or_client, (str, pymongo.MongoClient)):
             raise TypeError(f"url_or_client must be a MongoDB URL or a MongoClient, got {type(url_or_client).__name__}")
         if chunk_size_bytes < 1:
@@ -195,8 +201,8 @@ class _GridFSChunkReader(io.RawIOBase):
             self._chunk_data = self._fetch_chunk(n)
             self._chunk_n = n
         view = memoryview(buffer).cast("B")
-        piece = self._chunk_data[start:start + len(view)]
-        view[:len(piece)] = piece
+        piece = self._chunk_data[start : start + len(view)]
+        view[: len(piece)] = piece
         self._position += len(piece)
         return len(piece)
 
@@ -213,14 +219,17 @@ class _GridFSChunkReader(io.RawIOBase):
     def _fetch_chunk(self, n: int) -> bytes:
         if self._reading is None or self._next_n != n:
             self._stop_reading()
-            self._reading = read_gridfs_chunks(self._chunks, self._file_id, self.length, self.chunk_size, first=n,
-                                               batch_bytes=_READ_BATCH_BYTES)
+            self._reading = read_gridfs_chunks(
+                self._chunks, self._file_id, self.length, self.chunk_size, first=n, batch_bytes=_READ_BATCH_BYTES
+            )
         try:
             data = next(self._reading)
         except (StopIteration, GridFSDamagedError) as error:
             self._stop_reading()
-            raise CorruptGridFile(f"GridFS file {self._file_id} is missing chunk {n} of {self._n_chunks} or it is "
-                                  f"damaged ({error or 'truncated'}; deleted or replaced while being read?)") from None
+            raise CorruptGridFile(
+                f"GridFS file {self._file_id} is missing chunk {n} of {self._n_chunks} or it is "
+                f"damaged ({error or 'truncated'}; deleted or replaced while being read?)"
+            ) from None
         self._next_n = n + 1
         return data
 

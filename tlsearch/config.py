@@ -49,8 +49,11 @@ def scheduler(address: str | None = None) -> str | None:
 def tls_files(ca_file: str | None = None, cert: str | None = None, key: str | None = None) -> tuple:
     """The Dask TLS files (CA, certificate, key): arguments, else `$TLSEARCH_TLS_CA_FILE` / `_CERT` / `_KEY`,
     else the config file's `tls_ca_file`, `tls_cert`, `tls_key`; None where none is given."""
-    return (_setting(ca_file, "TLSEARCH_TLS_CA_FILE", "tls_ca_file"),
-            _setting(cert, "TLSEARCH_TLS_CERT", "tls_cert"), _setting(key, "TLSEARCH_TLS_KEY", "tls_key"))
+    return (
+        _setting(ca_file, "TLSEARCH_TLS_CA_FILE", "tls_ca_file"),
+        _setting(cert, "TLSEARCH_TLS_CERT", "tls_cert"),
+        _setting(key, "TLSEARCH_TLS_KEY", "tls_key"),
+    )
 
 
 def _setting(explicit, env: str, key: str):
@@ -61,8 +64,11 @@ def _setting(explicit, env: str, key: str):
 
 @functools.cache
 def _file_settings() -> dict:
-    candidates = [os.environ.get("TLSEARCH_CONFIG"), "tlsearch.toml",
-                  Path(platformdirs.user_config_dir("tlsearch")) / "config.toml"]
+    candidates = [
+        os.environ.get("TLSEARCH_CONFIG"),
+        "tlsearch.toml",
+        Path(platformdirs.user_config_dir("tlsearch")) / "config.toml",
+    ]
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
             try:

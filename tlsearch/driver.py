@@ -51,8 +51,16 @@ NO_COMPLETE_TRIAL = "no trial completed"
 STOP_REQUESTED = "stopped by `tlsearch stop`"
 INTERRUPTED = "interrupted (Ctrl-C)"
 TERMINATED = "terminated (SIGTERM)"
-EXIT_CODES = {BUDGET_REACHED: 0, NOTHING_TO_DO: 0, TIMEOUT_REACHED: 0, CONSECUTIVE_FAILURES: 3, NO_COMPLETE_TRIAL: 4,
-              STOP_REQUESTED: 5, INTERRUPTED: 128 + signal.SIGINT, TERMINATED: 128 + signal.SIGTERM}
+EXIT_CODES = {
+    BUDGET_REACHED: 0,
+    NOTHING_TO_DO: 0,
+    TIMEOUT_REACHED: 0,
+    CONSECUTIVE_FAILURES: 3,
+    NO_COMPLETE_TRIAL: 4,
+    STOP_REQUESTED: 5,
+    INTERRUPTED: 128 + signal.SIGINT,
+    TERMINATED: 128 + signal.SIGTERM,
+}
 
 
 @dataclasses.dataclass
@@ -68,7 +76,9 @@ class RunResult:
         return EXIT_CODES[self.reason]
 
     def summary(self) -> str:
-        return f"run ended: {self.reason}" + (f" ({self.detail})" if self.detail else "") + f"; exit code {self.exit_code}"
+        return (
+            f"run ended: {self.reason}" + (f" ({self.detail})" if self.detail else "") + f"; exit code {self.exit_code}"
+        )
 
 
 def run(spec, **options) -> optuna.Study:
@@ -78,12 +88,25 @@ def run(spec, **options) -> optuna.Study:
     return drive(spec, **options).study
 
 
-def drive(spec, *, mongo: str | None = None, database: str = DEFAULT_DATABASE, home: str | os.PathLike | None = None,
-          stores: Stores | None = None, client: distributed.Client | None = None,
-          scheduler: str | None = None, n_workers: int | None = None, parallelism: int | None = None,
-          n_trials: int | None = None, timeout: float | None = None, name: str | None = None,
-          study_file: str | os.PathLike | None = None, progress: str = "auto",
-          resume: bool = False, security: distributed.Security | None = None) -> RunResult:
+def drive(
+    spec,
+    *,
+    mongo: str | None = None,
+    database: str = DEFAULT_DATABASE,
+    home: str | os.PathLike | None = None,
+    stores: Stores | None = None,
+    client: distributed.Client | None = None,
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    parallelism: int | None = None,
+    n_trials: int | None = None,
+    timeout: float | None = None,
+    name: str | None = None,
+    study_file: str | os.PathLike | None = None,
+    progress: str = "auto",
+    resume: bool = False,
+    security: distributed.Security | None = None,
+) -> RunResult:
     """`run`, returning why the run ended as well.
 
     The stores are MongoDB at `mongo` (default `$TLSEARCH_MONGO_URI`) or the embedded default under `home`;
@@ -113,8 +136,9 @@ def drive(spec, *, mongo: str | None = None, database: str = DEFAULT_DATABASE, h
                 return RunResult(study, NOTHING_TO_DO, f"{done}/{n_trials} trials finished")
             with cluster.connect(scheduler, n_workers, client, security) as dask_client:
                 cluster.check_stores_reachable(dask_client, stores)
-                dispatcher = _Dispatcher(study, spec, stores, dataset_ref, dask_client,
-                                         parallelism, n_trials, timeout, progress, interrupts)
+                dispatcher = _Dispatcher(
+                    study, spec, stores, dataset_ref, dask_client, parallelism, n_trials, timeout, progress, interrupts
+                )
                 return RunResult(study, *dispatcher.run())
 
 
@@ -122,10 +146,12 @@ def _check_budget(n_trials, timeout, parallelism, n_workers) -> None:
     """Refuse budgets and sizes that cannot run, before a study is created."""
     if n_trials is None and timeout is None:
         raise TLSearchError("give the study a budget: n_trials and/or timeout")
-    for option, value, low in (("n_trials (--n-trials)", n_trials, "at least 1"),
-                               ("parallelism (--parallelism)", parallelism, "at least 1"),
-                               ("n_workers (--workers)", n_workers, "at least 1"),
-                               ("timeout (--timeout)", timeout, "more than 0 seconds")):
+    for option, value, low in (
+        ("n_trials (--n-trials)", n_trials, "at least 1"),
+        ("parallelism (--parallelism)", parallelism, "at least 1"),
+        ("n_workers (--workers)", n_workers, "at least 1"),
+        ("timeout (--timeout)", timeout, "more than 0 seconds"),
+    ):
         if value is not None and (value < 1 if low == "at least 1" else value <= 0):
             raise TLSearchError(f"{option} must be {low}, got {value:g}")
 
@@ -136,8 +162,10 @@ def _refuse_spawned_import() -> None:
 
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         # SystemExit: the worker process ends with this one line, not a traceback per worker.
-        raise SystemExit('tlsearch: error: tlsearch.run was called while a worker process imported your script: '
-                         'put the call under `if __name__ == "__main__":`')
+        raise SystemExit(
+            "tlsearch: error: tlsearch.run was called while a worker process imported your script: "
+            'put the call under `if __name__ == "__main__":`'
+        )
 
 
 def _open_study(spec, stores: Stores, name: str, resume: bool) -> tuple[optuna.Study, bool]:
@@ -149,8 +177,14 @@ def _open_study(spec, stores: Stores, name: str, resume: bool) -> tuple[optuna.S
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(max(verbosity, logging.WARNING))  # not Optuna's "A new study created" line
     try:
-        study = optuna.create_study(storage=storage, study_name=name, directions=list(spec.directions),
-                                    sampler=spec.sampler, pruner=spec.pruner, load_if_exists=True)
+        study = optuna.create_study(
+            storage=storage,
+            study_name=name,
+            directions=list(spec.directions),
+            sampler=spec.sampler,
+            pruner=spec.pruner,
+            load_if_exists=True,
+        )
     finally:
         optuna.logging.set_verbosity(verbosity)
     return study, not existed
@@ -180,8 +214,10 @@ def _bind_study(study: optuna.Study, spec, stores: Stores, study_file) -> str:
     """Check the study's directions, bind it to its dataset and fold plan; the dataset's ref."""
     name, directions = study.study_name, list(spec.directions)
     if [d.name.lower() for d in study.directions] != [str(d).lower() for d in directions]:
-        raise TLSearchError(f"study {name!r} optimizes {[d.name.lower() for d in study.directions]}, "
-                            f"but the study file says {directions}; use another --name")
+        raise TLSearchError(
+            f"study {name!r} optimizes {[d.name.lower() for d in study.directions]}, "
+            f"but the study file says {directions}; use another --name"
+        )
     store = stores.dataset_store()
     info = ensure_dataset(store, spec.dataset)
     dataset_ref = f"{info.name}@{info.version}"
@@ -189,8 +225,11 @@ def _bind_study(study: optuna.Study, spec, stores: Stores, study_file) -> str:
     if study_attrs.FOLD_PLAN not in attrs:
         dataset = HostCache().open(store, dataset_ref)
         plan = fold_plan_for(store, dataset, spec.cv)
-        for key, value in ((study_attrs.DATASET_REF, dataset_ref), (study_attrs.DATASET_HASH, info.hash),
-                           (study_attrs.FOLD_PLAN, plan.hash)):
+        for key, value in (
+            (study_attrs.DATASET_REF, dataset_ref),
+            (study_attrs.DATASET_HASH, info.hash),
+            (study_attrs.FOLD_PLAN, plan.hash),
+        ):
             study_attrs.write(study, key, value)
     else:
         if attrs[study_attrs.DATASET_HASH] != info.hash:
@@ -198,7 +237,8 @@ def _bind_study(study: optuna.Study, spec, stores: Stores, study_file) -> str:
                 f"study {name!r} was run on dataset {attrs[study_attrs.DATASET_REF]} "
                 f"(sha256 {attrs[study_attrs.DATASET_HASH][:12]}), but {spec.dataset!r} is now {dataset_ref} "
                 f"(sha256 {info.hash[:12]}): name the original version in the study file "
-                f"(dataset={attrs[study_attrs.DATASET_REF]!r}) or start a new study with --name")
+                f"(dataset={attrs[study_attrs.DATASET_REF]!r}) or start a new study with --name"
+            )
         store.get_fold_plan(attrs[study_attrs.FOLD_PLAN]).check_matches(info, spec.cv)
         dataset_ref = attrs[study_attrs.DATASET_REF]
     with warnings.catch_warnings():  # experimental in Optuna 5; names the value in reports and the dashboard
@@ -224,7 +264,9 @@ class _Dispatcher:
         attrs = study_attrs.read(study)
         self.dataset_hash, self.fold_plan_hash = attrs[study_attrs.DATASET_HASH], attrs[study_attrs.FOLD_PLAN]
         self.n_trials, self.timeout, self.interrupts = n_trials, timeout, interrupts
-        self.parallelism = parallelism or max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
+        self.parallelism = parallelism or max(
+            1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
+        )
         self.running: dict[distributed.Future, tuple[int, int]] = {}  # future -> (trial_id, number)
         self.resources = cluster.trial_resources(client)
         self.slots = TrialSlots(compat.storage_of(study), compat.study_id(study))
@@ -249,8 +291,10 @@ class _Dispatcher:
         client.register_plugin(cluster.DatasetPrefetch(self.stores, self.dataset_ref))
         self.spec_future = client.scatter(pack_spec(self.spec), broadcast=True)
         link = cluster.dashboard_link(client)
-        self.progress.note(f"study {self.study.study_name!r} in {self.stores.describe()}; "
-                           f"{self.parallelism} trials at a time" + (f"; Dask dashboard: {link}" if link else ""))
+        self.progress.note(
+            f"study {self.study.study_name!r} in {self.stores.describe()}; "
+            f"{self.parallelism} trials at a time" + (f"; Dask dashboard: {link}" if link else "")
+        )
         heartbeat = threading.Thread(target=self._heartbeat, name="tlsearch-heartbeat", daemon=True)
         heartbeat.start()
         started = next_stale_check = time.monotonic()
@@ -275,15 +319,19 @@ class _Dispatcher:
         finally:
             self._heartbeat_stop.set()
             if self.running:
-                self._abandon_running("interrupted by a second Ctrl-C" if self.interrupts.count >= 2
-                                      else "the driver stopped")
+                self._abandon_running(
+                    "interrupted by a second Ctrl-C" if self.interrupts.count >= 2 else "the driver stopped"
+                )
             self.progress.close()
         return self._end()
 
     def _end(self) -> tuple[str, str]:
         counts = Counter(t.state for t in self.study.get_trials(deepcopy=False))
-        finished = f"{counts[TrialState.COMPLETE] + counts[TrialState.PRUNED]}" + (
-            f"/{self.n_trials}" if self.n_trials else "") + " trials finished"
+        finished = (
+            f"{counts[TrialState.COMPLETE] + counts[TrialState.PRUNED]}"
+            + (f"/{self.n_trials}" if self.n_trials else "")
+            + " trials finished"
+        )
         detail = finished + (f"; {self.end_detail}" if self.end_detail else "")
         if self.interrupts.count and self.stop_reason not in (INTERRUPTED, TERMINATED):
             # both signals came while the driver waited for results, before _check_stop saw the first
@@ -292,7 +340,8 @@ class _Dispatcher:
             return self.stop_reason, detail
         if not counts[TrialState.COMPLETE]:
             return NO_COMPLETE_TRIAL, f"{detail}, {counts[TrialState.FAIL]} failed" + (
-                f"; last: {self.last_error}" if self.last_error else "")
+                f"; last: {self.last_error}" if self.last_error else ""
+            )
         return self.stop_reason or BUDGET_REACHED, detail
 
     def _check_stale(self) -> float:
@@ -341,8 +390,11 @@ class _Dispatcher:
     def _check_stop(self, started: float) -> None:
         if self.interrupts.count:
             reason = INTERRUPTED if self.interrupts.signum == signal.SIGINT else TERMINATED
-            self._stop(reason, f"waiting for {len(self.running)} running trial(s)"
-                       + ("; Ctrl-C again to fail them now" if reason == INTERRUPTED else ""))
+            self._stop(
+                reason,
+                f"waiting for {len(self.running)} running trial(s)"
+                + ("; Ctrl-C again to fail them now" if reason == INTERRUPTED else ""),
+            )
         elif self.timeout is not None and time.monotonic() - started >= self.timeout:
             self._stop(TIMEOUT_REACHED, f"{self.timeout:g} s: finishing running trials")
         elif study_attrs.read(self.study).get(study_attrs.STOP):
@@ -361,12 +413,23 @@ class _Dispatcher:
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
             trial = self.study.ask()
         trial_id = compat.trial_id(trial)
-        job = TrialJob(self.stores, self.study.study_name, trial_id, self.dataset_ref,
-                       self.dataset_hash, self.fold_plan_hash,
-                       derive_seed(self.spec.seed, self.study.study_name, trial.number, "sampler"))
-        future = self.client.submit(run_trial, job, self.spec_future,
-                                    key=f"trial-{self.study.study_name}-{trial.number}-{trial_id}",
-                                    pure=False, resources=self.resources)
+        job = TrialJob(
+            self.stores,
+            self.study.study_name,
+            trial_id,
+            self.dataset_ref,
+            self.dataset_hash,
+            self.fold_plan_hash,
+            derive_seed(self.spec.seed, self.study.study_name, trial.number, "sampler"),
+        )
+        future = self.client.submit(
+            run_trial,
+            job,
+            self.spec_future,
+            key=f"trial-{self.study.study_name}-{trial.number}-{trial_id}",
+            pure=False,
+            resources=self.resources,
+        )
         self.running[future] = (trial_id, trial.number)
         self._finished.add(future)
         self._beat(trial_id)
@@ -385,9 +448,15 @@ class _Dispatcher:
             return trial_id, number, result
         # The task itself was lost: worker died, cancelled, unpicklable result.
         error = result[1] if isinstance(result, tuple) else result
-        return trial_id, number, TrialOutcome(
-            TrialState.FAIL, error={"error_type": "WorkerLost", "error_message": f"{type(error).__name__}: {error}"},
-            retryable=True)
+        return (
+            trial_id,
+            number,
+            TrialOutcome(
+                TrialState.FAIL,
+                error={"error_type": "WorkerLost", "error_message": f"{type(error).__name__}: {error}"},
+                retryable=True,
+            ),
+        )
 
     def _record(self, trial_id: int, number: int, outcome: TrialOutcome) -> None:
         """Tell the study how a trial ended (failing and re-queueing it if it failed)."""
@@ -414,8 +483,9 @@ class _Dispatcher:
         running, self.running = self.running, {}
         for left, (future, (trial_id, number)) in enumerate(running.items(), 1):
             future.cancel()
-            fail_and_retry(self.study, trial_id, {"error_type": "Interrupted", "error_message": reason},
-                            self.spec.retries)
+            fail_and_retry(
+                self.study, trial_id, {"error_type": "Interrupted", "error_message": reason}, self.spec.retries
+            )
             self.progress.running = len(running) - left
             self.progress.finished(number, TrialState.FAIL, None, f"Interrupted: {reason}")
 

@@ -50,8 +50,6 @@ class DriverLock:
             os.close(self._fd)  # closing the file releases its flock
 
 
-
-
 class Interrupts:
     """Ctrl-C and SIGTERM while a driver runs: counted, not raised, so that no store write is cut in half.
     (Only the main thread can catch signals; elsewhere Ctrl-C stays a KeyboardInterrupt.)"""

@@ -130,8 +130,9 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def read_gridfs_chunks(chunks: Collection, file_id: Any, length: int, chunk_size: int, *, first: int = 0,
-                       batch_bytes: int = 8 << 20) -> Iterator[bytes]:
+def read_gridfs_chunks(
+    chunks: Collection, file_id: Any, length: int, chunk_size: int, *, first: int = 0, batch_bytes: int = 8 << 20
+) -> Iterator[bytes]:
     """The chunks of a GridFS file from chunk `first` on, in order, about `batch_bytes` per server reply, each
     checked (its number and size): GridFSDamagedError when one is missing, extra or cut. A cursor the server
     dropped (a reader slower than the cursor timeout) is reopened where it stopped."""

@@ -35,18 +35,26 @@ ATTR_REFIT = "tlsearch:refit"
 # What a scikit-learn model file may hold beyond skops' own trusted types (estimators, transformers and plain
 # containers): the concrete types fitted scikit-learn models carry. Never a function that can reach arbitrary
 # code (builtins.exec, eval, getattr, __import__, operator.*, functools.partial); anything else is refused.
-TRUSTED_SKLEARN_TYPES = frozenset({
-    "numpy.dtype",
-    "sklearn.tree._tree.Tree",
-    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
-    "sklearn.neighbors._kd_tree.KDTree", "sklearn.neighbors._ball_tree.BallTree",
-    *(f"sklearn.metrics._dist_metrics.{metric}{bits}" for bits in ("64", "32")
-      for metric in ("EuclideanDistance", "ManhattanDistance", "ChebyshevDistance", "MinkowskiDistance")),
-    "sklearn.neural_network._stochastic_optimizers.AdamOptimizer",
-    "sklearn.neural_network._stochastic_optimizers.SGDOptimizer",
-    *(f"sklearn.feature_selection._univariate_selection.{score}"
-      for score in ("f_classif", "f_regression", "chi2", "r_regression")),
-})
+TRUSTED_SKLEARN_TYPES = frozenset(
+    {
+        "numpy.dtype",
+        "sklearn.tree._tree.Tree",
+        "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+        "sklearn.neighbors._kd_tree.KDTree",
+        "sklearn.neighbors._ball_tree.BallTree",
+        *(
+            f"sklearn.metrics._dist_metrics.{metric}{bits}"
+            for bits in ("64", "32")
+            for metric in ("EuclideanDistance", "ManhattanDistance", "ChebyshevDistance", "MinkowskiDistance")
+        ),
+        "sklearn.neural_network._stochastic_optimizers.AdamOptimizer",
+        "sklearn.neural_network._stochastic_optimizers.SGDOptimizer",
+        *(
+            f"sklearn.feature_selection._univariate_selection.{score}"
+            for score in ("f_classif", "f_regression", "chi2", "r_regression")
+        ),
+    }
+)
 _MODEL_FORMATS = {"keras": ".keras", "skops": ".skops"}
 _ARTIFACT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -73,8 +81,14 @@ class RefitRecord:
     created: str
 
 
-def refit(name: str, *, stores: Stores | None = None, trial_number: int | None = None, spec=None,
-          output: str | Path | None = None) -> tuple[RefitRecord, Path]:
+def refit(
+    name: str,
+    *,
+    stores: Stores | None = None,
+    trial_number: int | None = None,
+    spec=None,
+    output: str | Path | None = None,
+) -> tuple[RefitRecord, Path]:
     """Train trial `trial_number`'s parameters (default: the best trial's) on the study's whole dataset,
     save the model to `output` (default: HOME/models/NAME.keras or .skops), upload it as an artifact of the
     study and return its record and path. `spec` defaults to the study file the store recorded."""
@@ -97,21 +111,30 @@ def refit(name: str, *, stores: Stores | None = None, trial_number: int | None =
         raise TLSearchError(f"a {'Keras' if is_keras else 'scikit-learn'} model is saved as {suffix}, got {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     _save(model, path, is_keras)
-    artifact_id = optuna.artifacts.upload_artifact(artifact_store=stores.artifact_store(), file_path=str(path),
-                                                   study_or_trial=study)
+    artifact_id = optuna.artifacts.upload_artifact(
+        artifact_store=stores.artifact_store(), file_path=str(path), study_or_trial=study
+    )
     record = RefitRecord(
-        trial_number=trial.number, artifact_id=artifact_id, filename=path.name,
-        format="keras" if is_keras else "skops", sha256=_sha256(path),
-        dataset_ref=attrs[study_attrs.DATASET_REF], dataset_hash=attrs[study_attrs.DATASET_HASH],
-        params=trial.params, cv_score=trial.user_attrs.get("mean_test_score"), test_score=test_score,
+        trial_number=trial.number,
+        artifact_id=artifact_id,
+        filename=path.name,
+        format="keras" if is_keras else "skops",
+        sha256=_sha256(path),
+        dataset_ref=attrs[study_attrs.DATASET_REF],
+        dataset_hash=attrs[study_attrs.DATASET_HASH],
+        params=trial.params,
+        cv_score=trial.user_attrs.get("mean_test_score"),
+        test_score=test_score,
         classes=_classes(spec, y) if is_keras else None,
-        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )
     study_attrs.write(study, ATTR_REFIT, asdict(record))
     return record, path
 
 
-def load_model(name: str, *, mongo: str | None = None, database: str = DEFAULT_DATABASE, home=None,
-               stores: Stores | None = None):
+def load_model(
+    name: str, *, mongo: str | None = None, database: str = DEFAULT_DATABASE, home=None, stores: Stores | None = None
+):
     """The refit model of study `name` (a `keras.Model` or a scikit-learn estimator), loaded safely.
 
     Raises `UnsafeModelError` when the stored file changed since it was saved or holds untrusted types,
@@ -124,13 +147,16 @@ def load_model(name: str, *, mongo: str | None = None, database: str = DEFAULT_D
         raise TLSearchError(f"study {name!r} has no refit model: run `tlsearch refit {name}` first")
     record = _checked_record(attrs[ATTR_REFIT], name)
     if record.dataset_hash != attrs.get(study_attrs.DATASET_HASH):
-        raise TLSearchError(f"the refit model of {name!r} was trained on dataset {record.dataset_ref} "
-                            f"(sha256 {record.dataset_hash[:12]}), but the study now uses "
-                            f"{attrs.get(study_attrs.DATASET_REF)}: refit it again")
+        raise TLSearchError(
+            f"the refit model of {name!r} was trained on dataset {record.dataset_ref} "
+            f"(sha256 {record.dataset_hash[:12]}), but the study now uses "
+            f"{attrs.get(study_attrs.DATASET_REF)}: refit it again"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"model{_MODEL_FORMATS[record.format]}"  # never a name from the store
-        optuna.artifacts.download_artifact(artifact_store=stores.artifact_store(), file_path=str(path),
-                                           artifact_id=record.artifact_id)
+        optuna.artifacts.download_artifact(
+            artifact_store=stores.artifact_store(), file_path=str(path), artifact_id=record.artifact_id
+        )
         return load_model_file(path, record.sha256)
 
 
@@ -152,8 +178,9 @@ def load_model_file(path: str | Path, sha256: str | None = None):
         untrusted = skops.io.get_untrusted_types(file=path)
         refused = sorted(set(untrusted) - TRUSTED_SKLEARN_TYPES)
         if refused:
-            raise UnsafeModelError(f"model file {path.name} holds type(s) not on tlsearch's allow-list, "
-                                   f"refusing it: {', '.join(refused)}")
+            raise UnsafeModelError(
+                f"model file {path.name} holds type(s) not on tlsearch's allow-list, refusing it: {', '.join(refused)}"
+            )
         return skops.io.load(path, trusted=untrusted)
     raise TLSearchError(f"unknown model format {path.suffix!r}: expected .keras or .skops")
 
@@ -164,15 +191,20 @@ def _checked_record(document: object, name: str) -> RefitRecord:
         record = RefitRecord(**document)
     except TypeError as error:
         raise UnsafeModelError(f"the refit record of {name!r} is malformed ({error}): refit it again") from None
-    checks = {"format": record.format in _MODEL_FORMATS,
-              "artifact_id": isinstance(record.artifact_id, str) and _ARTIFACT_ID.fullmatch(record.artifact_id),
-              "sha256": isinstance(record.sha256, str) and re.fullmatch(r"[0-9a-f]{64}", record.sha256),
-              "filename": isinstance(record.filename, str) and Path(record.filename).name == record.filename
-              and record.filename.endswith(_MODEL_FORMATS.get(record.format, "?"))}
+    checks = {
+        "format": record.format in _MODEL_FORMATS,
+        "artifact_id": isinstance(record.artifact_id, str) and _ARTIFACT_ID.fullmatch(record.artifact_id),
+        "sha256": isinstance(record.sha256, str) and re.fullmatch(r"[0-9a-f]{64}", record.sha256),
+        "filename": isinstance(record.filename, str)
+        and Path(record.filename).name == record.filename
+        and record.filename.endswith(_MODEL_FORMATS.get(record.format, "?")),
+    }
     for field, ok in checks.items():
         if not ok:
-            raise UnsafeModelError(f"refusing the refit record of {name!r}: field {field} is "
-                                   f"{str(getattr(record, field))[:80]!r}, not a value tlsearch writes")
+            raise UnsafeModelError(
+                f"refusing the refit record of {name!r}: field {field} is "
+                f"{str(getattr(record, field))[:80]!r}, not a value tlsearch writes"
+            )
     return record
 
 
@@ -189,8 +221,10 @@ def _refuse_keras_code(path: Path, keras) -> None:
         if class_name in ("Lambda", "__lambda__"):
             raise UnsafeModelError(f"model file {path.name} holds a {class_name} (code): refusing it")
         if module and not str(module).startswith("keras") and item.get("registered_name") not in registered:
-            raise UnsafeModelError(f"model file {path.name} holds custom object {module}.{class_name}, which is "
-                                   "not registered here (keras.saving.register_keras_serializable): refusing it")
+            raise UnsafeModelError(
+                f"model file {path.name} holds custom object {module}.{class_name}, which is "
+                "not registered here (keras.saving.register_keras_serializable): refusing it"
+            )
 
 
 def _config_objects(config):

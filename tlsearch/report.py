@@ -37,8 +37,13 @@ if TYPE_CHECKING:
 __all__ = ["write_report"]
 
 _SPLIT_SCORE = re.compile(r"^split(\d+)_test_score$")
-_STATE_WORDS = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
-                TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}
+_STATE_WORDS = {
+    TrialState.COMPLETE: "complete",
+    TrialState.PRUNED: "pruned",
+    TrialState.FAIL: "failed",
+    TrialState.RUNNING: "running",
+    TrialState.WAITING: "waiting",
+}
 _MAX_LEGEND_ENTRIES = 10
 # pyplot keeps global state (open figures, rcParams): two reports written at once in one process take turns.
 
@@ -76,8 +81,9 @@ def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
     if png and importlib.util.find_spec("matplotlib") is None:
-        raise TLSearchError("PNG export needs Matplotlib: pip install 'tlsearch[png]' (or write the report "
-                            "without PNGs)")
+        raise TLSearchError(
+            "PNG export needs Matplotlib: pip install 'tlsearch[png]' (or write the report without PNGs)"
+        )
     path = Path(path)
     trials = study.get_trials(deepcopy=False)
     sections = _sections(study, trials, top_k)
@@ -135,21 +141,26 @@ def _failures_section(trials: list[FrozenTrial]) -> _Section:
         numbers = ", ".join(f"#{t.number}" for t in failed)
         rows.append([error_type, str(len(failed)), numbers, message[0][:500]])
     table = _table(["Error type", "Trials", "Trial numbers", "First message"], rows, "failures")
-    return _Section(*_SECTION_TITLES[_failures_section], body_html=table,
-                    note=f"{sum(len(f) for f in by_type.values())} failed trial(s).")
+    return _Section(
+        *_SECTION_TITLES[_failures_section],
+        body_html=table,
+        note=f"{sum(len(f) for f in by_type.values())} failed trial(s).",
+    )
 
 
 def _timeline_section(study: optuna.Study) -> _Section:
     figure = optuna.visualization.plot_timeline(study)
-    return _Section(*_SECTION_TITLES[_timeline_section], figures=[figure],
-                    drawings=[lambda: _mpl().plot_timeline(study)])
+    return _Section(
+        *_SECTION_TITLES[_timeline_section], figures=[figure], drawings=[lambda: _mpl().plot_timeline(study)]
+    )
 
 
 def _history_section(study: optuna.Study, trials: list[FrozenTrial]) -> _Section:
     figure = optuna.visualization.plot_optimization_history(study, target_name=_objective_names(study)[0])
     _mark_pruned(figure, [(t.number, _last_value(t)) for t in _pruned(trials)])
-    return _Section(*_SECTION_TITLES[_history_section], figures=[figure],
-                    drawings=[lambda: _mpl().plot_optimization_history(study)])
+    return _Section(
+        *_SECTION_TITLES[_history_section], figures=[figure], drawings=[lambda: _mpl().plot_optimization_history(study)]
+    )
 
 
 def _pruned(trials: list[FrozenTrial]) -> list[FrozenTrial]:
@@ -167,9 +178,16 @@ def _mark_pruned(figure: go.Figure, points: list[tuple[float, float]], label: st
     if not points:
         return
     xs, ys = zip(*points)
-    figure.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="Pruned (last reported value)",
-                                marker={"symbol": "x", "size": 9, "color": "#d62728"},
-                                hovertemplate=label + " %{x}: pruned at %{y}<extra></extra>"))
+    figure.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="markers",
+            name="Pruned (last reported value)",
+            marker={"symbol": "x", "size": 9, "color": "#d62728"},
+            hovertemplate=label + " %{x}: pruned at %{y}<extra></extra>",
+        )
+    )
 
 
 def _pareto_section(study: optuna.Study, trials: list[FrozenTrial]) -> _Section:
@@ -188,9 +206,12 @@ def _importances_section(study: optuna.Study, complete: list[FrozenTrial]) -> _S
     figure = optuna.visualization.plot_param_importances(study, evaluator=evaluator)
     # One PNG per objective: Optuna's Matplotlib version labels the bars of all objectives with the parameter
     # order of the last one, so a shared figure would show wrong importances.
-    drawings = [lambda target=target, name=name: _mpl().plot_param_importances(study, evaluator=evaluator,
-                                                                               target=target, target_name=name)
-                for target, name in _targets(study)]
+    drawings = [
+        lambda target=target, name=name: _mpl().plot_param_importances(
+            study, evaluator=evaluator, target=target, target_name=name
+        )
+        for target, name in _targets(study)
+    ]
     return _Section(slug, title, figures=[figure], drawings=drawings)
 
 
@@ -198,11 +219,14 @@ def _parallel_coordinates_section(study: optuna.Study, complete: list[FrozenTria
     slug, title = _SECTION_TITLES[_parallel_coordinates_section]
     if not any(t.params for t in complete):
         return _Section(slug, title, note="The complete trials have no parameters.")
-    figures = [optuna.visualization.plot_parallel_coordinate(study, target=target, target_name=name)
-               for target, name in _targets(study)]
-    drawings = [lambda target=target, name=name: _mpl().plot_parallel_coordinate(study, target=target,
-                                                                                 target_name=name)
-                for target, name in _targets(study)]
+    figures = [
+        optuna.visualization.plot_parallel_coordinate(study, target=target, target_name=name)
+        for target, name in _targets(study)
+    ]
+    drawings = [
+        lambda target=target, name=name: _mpl().plot_parallel_coordinate(study, target=target, target_name=name)
+        for target, name in _targets(study)
+    ]
     return _Section(slug, title, figures=figures, drawings=drawings)
 
 
@@ -212,12 +236,20 @@ def _slice_section(study: optuna.Study, complete: list[FrozenTrial]) -> _Section
         return _Section(slug, title, note="The complete trials have no parameters.")
     # One small figure per parameter, laid out in a grid: Optuna's single figure grows 300 px per parameter.
     names = sorted({name for t in complete for name in t.params})
-    figures = [optuna.visualization.plot_slice(study, params=[param], target=target, target_name=name)
-               .update_layout(title=f"{param}" + (f" ({name})" if _is_multi_objective(study) else ""),
-                              width=None, height=360, showlegend=False)
-               for target, name in _targets(study) for param in names]
-    drawings = [lambda target=target, name=name: _mpl().plot_slice(study, target=target, target_name=name)
-                for target, name in _targets(study)]
+    figures = [
+        optuna.visualization.plot_slice(study, params=[param], target=target, target_name=name).update_layout(
+            title=f"{param}" + (f" ({name})" if _is_multi_objective(study) else ""),
+            width=None,
+            height=360,
+            showlegend=False,
+        )
+        for target, name in _targets(study)
+        for param in names
+    ]
+    drawings = [
+        lambda target=target, name=name: _mpl().plot_slice(study, target=target, target_name=name)
+        for target, name in _targets(study)
+    ]
     return _Section(slug, title, figures=figures, drawings=drawings, grid=True)
 
 
@@ -266,13 +298,24 @@ def _fold_spread_section(study: optuna.Study, top: list[FrozenTrial]) -> _Sectio
     figure = go.Figure()
     for trial, scores in with_folds:
         folds = sorted(scores)
-        figure.add_trace(go.Box(
-            y=[scores[k] for k in folds], name=f"#{trial.number}", boxpoints="all", pointpos=0, jitter=0.3,
-            boxmean=True, text=[f"fold {k}" for k in folds],
-            hovertemplate="trial " + str(trial.number) + ", %{text}: %{y}<extra></extra>",
-        ))
-    figure.update_layout(title=f"Test score of each fold. {_ranking(study)}",
-                         xaxis_title="Trial", yaxis_title="Test score", showlegend=False)
+        figure.add_trace(
+            go.Box(
+                y=[scores[k] for k in folds],
+                name=f"#{trial.number}",
+                boxpoints="all",
+                pointpos=0,
+                jitter=0.3,
+                boxmean=True,
+                text=[f"fold {k}" for k in folds],
+                hovertemplate="trial " + str(trial.number) + ", %{text}: %{y}<extra></extra>",
+            )
+        )
+    figure.update_layout(
+        title=f"Test score of each fold. {_ranking(study)}",
+        xaxis_title="Trial",
+        yaxis_title="Test score",
+        showlegend=False,
+    )
     return _Section(slug, title, figures=[figure], drawings=[lambda: _draw_fold_spread(study, with_folds)])
 
 
@@ -305,20 +348,33 @@ def _top_trials_section(study: optuna.Study, top: list[FrozenTrial]) -> _Section
         mean, std = trial.user_attrs.get("mean_test_score"), trial.user_attrs.get("std_test_score")
         spread = "—" if mean is None else _fmt(mean) + ("" if std is None else f" ± {_fmt(std)}")
         params = "<br>".join(f"{html.escape(str(k))} = {html.escape(_fmt(v))}" for k, v in trial.params.items())
-        cells = [html.escape(f"#{trial.number}"), *(html.escape(_fmt(v)) for v in trial.values),
-                 html.escape(spread), *(html.escape(_fmt(scores.get(k))) for k in range(n_folds)),
-                 params or "—", html.escape(_fmt_duration(trial.duration))]
+        cells = [
+            html.escape(f"#{trial.number}"),
+            *(html.escape(_fmt(v)) for v in trial.values),
+            html.escape(spread),
+            *(html.escape(_fmt(scores.get(k))) for k in range(n_folds)),
+            params or "—",
+            html.escape(_fmt_duration(trial.duration)),
+        ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    table = ('<table class="trials"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+    table = (
+        '<table class="trials"><thead><tr>'
+        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )
     return _Section(slug, title, note=f"{_ranking(study)} Showing {len(top)}.", body_html=table)
 
 
 def _table(head: list[str], rows: list[list[str]], css_class: str) -> str:
     """An HTML table of plain-text cells (escaped here)."""
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return (f'<table class="trials {css_class}"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-            + f"</tr></thead><tbody>{body}</tbody></table>")
+    return (
+        f'<table class="trials {css_class}"><thead><tr>'
+        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        + f"</tr></thead><tbody>{body}</tbody></table>"
+    )
 
 
 _SECTION_TITLES: dict[Callable[..., _Section], tuple[str, str]] = {
@@ -393,12 +449,19 @@ class _RememberedImportances(BaseImportanceEvaluator):
         self._evaluator = evaluator
         self._known: dict[tuple[Any, ...], dict[str, float]] = {}
 
-    def evaluate(self, study: optuna.Study, params: list[str] | None = None, *,
-                 target: Callable[[FrozenTrial], float] | None = None) -> dict[str, float]:
+    def evaluate(
+        self,
+        study: optuna.Study,
+        params: list[str] | None = None,
+        *,
+        target: Callable[[FrozenTrial], float] | None = None,
+    ) -> dict[str, float]:
         # Keyed by what the target yields, not by the target: Optuna makes a new lambda per objective and call.
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        key = (None if params is None else tuple(params),
-               tuple((t.number, tuple(t.values) if target is None else target(t)) for t in complete))
+        key = (
+            None if params is None else tuple(params),
+            tuple((t.number, tuple(t.values) if target is None else target(t)) for t in complete),
+        )
         if key not in self._known:
             self._known[key] = self._evaluator.evaluate(study, params, target=target)
         return dict(self._known[key])
@@ -415,9 +478,12 @@ def _mpl() -> Any:
 
 def _render_page(study: optuna.Study, trials: list[FrozenTrial], sections: list[_Section]) -> str:
     name = html.escape(study.study_name)
-    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-             f"<title>Study {name} — tlsearch report</title><style>{_CSS}</style></head><body>",
-             f"<h1>Study {name}</h1>", _render_header(study, trials)]
+    parts = [
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Study {name} — tlsearch report</title><style>{_CSS}</style></head><body>",
+        f"<h1>Study {name}</h1>",
+        _render_header(study, trials),
+    ]
     if not trials:
         parts.append('<p class="empty">No trials yet.</p>')
     elif not any(t.state == TrialState.COMPLETE for t in trials):
@@ -434,20 +500,28 @@ def _render_page(study: optuna.Study, trials: list[FrozenTrial], sections: list[
             parts.append('<div class="grid">')
         for i, figure in enumerate(section.figures):
             figure.update_layout(width=None, autosize=True)  # the page's width, never wider
-            parts.append(figure.to_html(
-                full_html=False, include_plotlyjs=not plotlyjs_included, div_id=f"{section.slug}-{i + 1}",
-                default_height=f"{figure.layout.height or 560}px", config={"displaylogo": False, "responsive": True},
-            ))
+            parts.append(
+                figure.to_html(
+                    full_html=False,
+                    include_plotlyjs=not plotlyjs_included,
+                    div_id=f"{section.slug}-{i + 1}",
+                    default_height=f"{figure.layout.height or 560}px",
+                    config={"displaylogo": False, "responsive": True},
+                )
+            )
             plotlyjs_included = True
         if section.grid:
             parts.append("</div>")
         if section.pngs:
-            links = " ".join(f'<a href="{html.escape(urllib.parse.quote(p.name))}">{html.escape(p.name)}</a>'
-                             for p in section.pngs)
+            links = " ".join(
+                f'<a href="{html.escape(urllib.parse.quote(p.name))}">{html.escape(p.name)}</a>' for p in section.pngs
+            )
             parts.append(f'<p class="png">PNG: {links}</p>')
         parts.append(section.body_html + "</section>")
-    parts.append(f"<footer>Written by tlsearch on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}.</footer>"
-                 "</body></html>\n")
+    parts.append(
+        f"<footer>Written by tlsearch on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}.</footer>"
+        "</body></html>\n"
+    )
     return "\n".join(parts)
 
 

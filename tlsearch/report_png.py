@@ -48,8 +48,11 @@ def export_pngs(sections: list, page: Path, slugs: list[str]) -> None:
             except Exception as error:  # noqa: BLE001 - one figure that cannot be drawn must not cost the others
                 failures.append((section, f"{type(error).__name__}: {error}".splitlines()[0]))
     for section, reason in failures:
-        warnings.warn(f"PNG of section {section.title!r} not written ({reason}); the HTML report and the other "
-                      "PNGs are", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"PNG of section {section.title!r} not written ({reason}); the HTML report and the other PNGs are",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _png_path(page: Path, section, index: int) -> Path:

@@ -26,8 +26,12 @@ def fail_abandoned_trials(study: optuna.Study, spec, all_running: bool = False) 
         return 0
     for trial_id in abandoned:
         number = storage.get_trial_number_from_id(trial_id)
-        if fail_and_retry(study, trial_id, {"error_type": "DriverLost",
-                                             "error_message": "the driver running this trial stopped"}, spec.retries):
+        if fail_and_retry(
+            study,
+            trial_id,
+            {"error_type": "DriverLost", "error_message": "the driver running this trial stopped"},
+            spec.retries,
+        ):
             log.warning("trial %d FAIL: DriverLost (its driver stopped); retry queued", number)
     return len(abandoned)
 
@@ -48,8 +52,6 @@ def fail_and_retry(study: optuna.Study, trial_id: int, error: dict, retries: int
     return True
 
 
-
-
 def queue_retry(study: optuna.Study, failed: optuna.trial.FrozenTrial, retries: int) -> None:
     """Enqueue `failed`'s parameters again, up to `retries` times per original trial. The bookkeeping is
     Optuna's RetryHeartbeatStaleTrialCallback's (system attrs `failed_trial`, `retry_history`), but the
@@ -57,7 +59,16 @@ def queue_retry(study: optuna.Study, failed: optuna.trial.FrozenTrial, retries: 
     history = [*failed.system_attrs.get("retry_history", []), failed.number]
     if len(history) > retries:
         return
-    system_attrs = {**failed.system_attrs, "failed_trial": failed.system_attrs.get("failed_trial", failed.number),
-                    "retry_history": history}
-    study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, params=failed.params,
-                                              distributions=failed.distributions, system_attrs=system_attrs))
+    system_attrs = {
+        **failed.system_attrs,
+        "failed_trial": failed.system_attrs.get("failed_trial", failed.number),
+        "retry_history": history,
+    }
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.WAITING,
+            params=failed.params,
+            distributions=failed.distributions,
+            system_attrs=system_attrs,
+        )
+    )

@@ -23,8 +23,14 @@ from tlsearch.errors import TLSearchError
 
 Space = Callable[[optuna.Trial], dict] | Mapping[str, Any]
 
-_SUGGEST_METHODS = ("suggest_float", "suggest_int", "suggest_categorical", "suggest_uniform",
-                    "suggest_loguniform", "suggest_discrete_uniform")
+_SUGGEST_METHODS = (
+    "suggest_float",
+    "suggest_int",
+    "suggest_categorical",
+    "suggest_uniform",
+    "suggest_loguniform",
+    "suggest_discrete_uniform",
+)
 
 
 class InvalidSpaceError(TLSearchError, ValueError):
@@ -43,11 +49,13 @@ def sample(trial: optuna.Trial, space: Space) -> dict:
 def suggest(trial: optuna.Trial, name: str, distribution: Any) -> Any:
     """Sample one value of `distribution` under `name`; a value that is not a distribution is returned as is."""
     if isinstance(distribution, FloatDistribution):
-        return trial.suggest_float(name, distribution.low, distribution.high,
-                                   step=distribution.step, log=distribution.log)
+        return trial.suggest_float(
+            name, distribution.low, distribution.high, step=distribution.step, log=distribution.log
+        )
     if isinstance(distribution, IntDistribution):
-        return trial.suggest_int(name, distribution.low, distribution.high,
-                                 step=distribution.step, log=distribution.log)
+        return trial.suggest_int(
+            name, distribution.low, distribution.high, step=distribution.step, log=distribution.log
+        )
     if isinstance(distribution, CategoricalDistribution):
         return trial.suggest_categorical(name, distribution.choices)
     if isinstance(distribution, BaseDistribution):
@@ -104,9 +112,7 @@ class _CheckingTrial:
             try:
                 return target(name, *args, **kwargs)
             except Exception as exc:
-                raise InvalidSpaceError(
-                    f"space {self._space_name!r}, parameter {name!r}: {_one_line(exc)}"
-                ) from exc
+                raise InvalidSpaceError(f"space {self._space_name!r}, parameter {name!r}: {_one_line(exc)}") from exc
 
         return checked_suggest
 

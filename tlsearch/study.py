@@ -41,13 +41,35 @@ from tlsearch.models import CustomLoop, KerasModel, ModelKind, SklearnModel
 from tlsearch.pruners import KFoldPruner
 from tlsearch.spec_checks import StudySpecError, is_int, require
 
-__all__ = ["CustomLoop", "KerasModel", "SklearnModel", "StudyFileError", "StudySpec", "StudySpecError",
-           "load_study_file"]
+__all__ = [
+    "CustomLoop",
+    "KerasModel",
+    "SklearnModel",
+    "StudyFileError",
+    "StudySpec",
+    "StudySpecError",
+    "load_study_file",
+]
 
 log = logging.getLogger(__name__)
 
-_MINIMIZED_NAMES = {"loss", "mse", "mae", "mape", "msle", "rmse", "hinge", "squared_hinge", "poisson",
-                    "kld", "kl_divergence", "logcosh", "log_cosh", "huber", "crossentropy"}
+_MINIMIZED_NAMES = {
+    "loss",
+    "mse",
+    "mae",
+    "mape",
+    "msle",
+    "rmse",
+    "hinge",
+    "squared_hinge",
+    "poisson",
+    "kld",
+    "kl_divergence",
+    "logcosh",
+    "log_cosh",
+    "huber",
+    "crossentropy",
+}
 
 
 class StudyFileError(TLSearchError):
@@ -86,32 +108,58 @@ class StudySpec:
     sampler_factory: Callable[[int | None], optuna.samplers.BaseSampler] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        require(isinstance(self.name, str) and self.name.strip() == self.name and self.name != "",
-                 "StudySpec.name", f"must be a non-empty string without surrounding spaces, got {self.name!r}")
-        require(isinstance(self.dataset, str) and self.dataset.strip() != "", "StudySpec.dataset",
-                 f"must be a dataset name or a source like 'sklearn:digits', got {self.dataset!r}")
-        require(callable(self.space) or isinstance(self.space, Mapping), "StudySpec.space",
-                 f"must be a function of a trial or a dict of distributions, got {type(self.space).__name__}")
-        require(isinstance(self.model, ModelKind), "StudySpec.model",
-                 f"must be a KerasModel, SklearnModel or CustomLoop, got {type(self.model).__name__}")
+        require(
+            isinstance(self.name, str) and self.name.strip() == self.name and self.name != "",
+            "StudySpec.name",
+            f"must be a non-empty string without surrounding spaces, got {self.name!r}",
+        )
+        require(
+            isinstance(self.dataset, str) and self.dataset.strip() != "",
+            "StudySpec.dataset",
+            f"must be a dataset name or a source like 'sklearn:digits', got {self.dataset!r}",
+        )
+        require(
+            callable(self.space) or isinstance(self.space, Mapping),
+            "StudySpec.space",
+            f"must be a function of a trial or a dict of distributions, got {type(self.space).__name__}",
+        )
+        require(
+            isinstance(self.model, ModelKind),
+            "StudySpec.model",
+            f"must be a KerasModel, SklearnModel or CustomLoop, got {type(self.model).__name__}",
+        )
         require(is_int(self.seed), "StudySpec.seed", f"must be an int, got {self.seed!r}")
-        require(is_int(self.retries) and self.retries >= 0, "StudySpec.retries",
-                 f"must be an int >= 0, got {self.retries!r}")
-        require(self.n_trials is None or (is_int(self.n_trials) and self.n_trials >= 1), "StudySpec.n_trials",
-                 f"must be an int >= 1 or None, got {self.n_trials!r}")
-        require(self.timeout is None or (isinstance(self.timeout, (int, float)) and not isinstance(self.timeout, bool)
-                                          and self.timeout > 0), "StudySpec.timeout",
-                 f"must be a number of seconds > 0 or None, got {self.timeout!r}")
+        require(
+            is_int(self.retries) and self.retries >= 0,
+            "StudySpec.retries",
+            f"must be an int >= 0, got {self.retries!r}",
+        )
+        require(
+            self.n_trials is None or (is_int(self.n_trials) and self.n_trials >= 1),
+            "StudySpec.n_trials",
+            f"must be an int >= 1 or None, got {self.n_trials!r}",
+        )
+        require(
+            self.timeout is None
+            or (isinstance(self.timeout, (int, float)) and not isinstance(self.timeout, bool) and self.timeout > 0),
+            "StudySpec.timeout",
+            f"must be a number of seconds > 0 or None, got {self.timeout!r}",
+        )
         require(isinstance(self.return_train_score, bool), "StudySpec.return_train_score", "must be True or False")
         require(isinstance(self.keep_predictions, bool), "StudySpec.keep_predictions", "must be True or False")
-        require(isinstance(self.callbacks, Sequence) and all(callable(c) for c in self.callbacks),
-                 "StudySpec.callbacks",
-                 f"must be a list of functions (study, frozen_trial) -> None, got {self.callbacks!r}")
+        require(
+            isinstance(self.callbacks, Sequence) and all(callable(c) for c in self.callbacks),
+            "StudySpec.callbacks",
+            f"must be a list of functions (study, frozen_trial) -> None, got {self.callbacks!r}",
+        )
         self.callbacks = tuple(self.callbacks)
         self.cv = _resolve_cv(self.cv)
         if self.holdout is not None:
-            require(isinstance(self.holdout, float) and 0 < self.holdout < 0.5, "StudySpec.holdout",
-                     f"must be a fraction of the rows between 0 and 0.5, got {self.holdout!r}")
+            require(
+                isinstance(self.holdout, float) and 0 < self.holdout < 0.5,
+                "StudySpec.holdout",
+                f"must be a fraction of the rows between 0 and 0.5, got {self.holdout!r}",
+            )
             self.cv = Holdout(self.cv, self.holdout, random_state=self.seed)
         self.metrics = _resolve_metrics(self.metric, self.model)
         self.directions = _resolve_directions(self.direction, self.directions, self.metrics, self.model)
@@ -119,14 +167,23 @@ class StudySpec:
         self.sampler_factory = _sampler_factory(self.sampler)
         if not isinstance(self.sampler, optuna.samplers.BaseSampler):
             self.sampler = self.sampler_factory(self.seed)
-        require(isinstance(self.sampler, optuna.samplers.BaseSampler), "StudySpec.sampler",
-                 f"must be an Optuna sampler or a function seed -> sampler, got {type(self.sampler).__name__}")
+        require(
+            isinstance(self.sampler, optuna.samplers.BaseSampler),
+            "StudySpec.sampler",
+            f"must be an Optuna sampler or a function seed -> sampler, got {type(self.sampler).__name__}",
+        )
         if self.pruner is None:
             self.pruner = KFoldPruner() if len(self.directions) == 1 else optuna.pruners.NopPruner()
-        require(isinstance(self.pruner, optuna.pruners.BasePruner), "StudySpec.pruner",
-                 f"must be an Optuna pruner, got {type(self.pruner).__name__}")
-        require(len(self.directions) == 1 or isinstance(self.pruner, optuna.pruners.NopPruner), "StudySpec.pruner",
-                 "Optuna cannot prune multi-objective studies: leave pruner unset or use NopPruner()")
+        require(
+            isinstance(self.pruner, optuna.pruners.BasePruner),
+            "StudySpec.pruner",
+            f"must be an Optuna pruner, got {type(self.pruner).__name__}",
+        )
+        require(
+            len(self.directions) == 1 or isinstance(self.pruner, optuna.pruners.NopPruner),
+            "StudySpec.pruner",
+            "Optuna cannot prune multi-objective studies: leave pruner unset or use NopPruner()",
+        )
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -147,9 +204,13 @@ class StudySpec:
             try:
                 callback(study, trial)
             except Exception as error:  # noqa: BLE001 - a tracking server down must not stop the study
-                log.warning("callback %s failed on trial %d: %s: %s", getattr(callback, "__name__", type(callback).__name__),
-                            trial.number, type(error).__name__, error)
-
+                log.warning(
+                    "callback %s failed on trial %d: %s: %s",
+                    getattr(callback, "__name__", type(callback).__name__),
+                    trial.number,
+                    type(error).__name__,
+                    error,
+                )
 
 
 def _tpe_sampler(seed: int | None) -> optuna.samplers.TPESampler:
@@ -179,8 +240,10 @@ def example_path(name: str) -> Path:
     """The file of example study `name`; a StudyFileError listing the examples when there is none."""
     shipped = examples()
     if name not in shipped:
-        raise StudyFileError(f"no example study {name!r}: choose one of {', '.join(shipped) or '(none shipped)'} "
-                             "(tlsearch examples lists them)")
+        raise StudyFileError(
+            f"no example study {name!r}: choose one of {', '.join(shipped) or '(none shipped)'} "
+            "(tlsearch examples lists them)"
+        )
     return shipped[name]
 
 
@@ -208,8 +271,9 @@ def load_study_file(path: str | Path) -> StudySpec:
         module_spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[module_name]
-        raise StudyFileError(f"study file {str(path)!r} failed to import: {_where(exc, resolved)}"
-                             f"{type(exc).__name__}: {exc}") from exc
+        raise StudyFileError(
+            f"study file {str(path)!r} failed to import: {_where(exc, resolved)}{type(exc).__name__}: {exc}"
+        ) from exc
     variable = "spec" if hasattr(module, "spec") else "study"
     spec = getattr(module, variable, None)
     if spec is None:
@@ -242,8 +306,11 @@ def _resolve_cv(cv: Any) -> Any:
     if is_int(cv):
         require(cv >= 2, "StudySpec.cv", f"needs at least 2 folds, got {cv}")
         return AutoKFold(cv)
-    require(callable(getattr(cv, "split", None)) and callable(getattr(cv, "get_n_splits", None)), "StudySpec.cv",
-             f"must be a scikit-learn splitter (with split and get_n_splits) or a number of folds, got {cv!r}")
+    require(
+        callable(getattr(cv, "split", None)) and callable(getattr(cv, "get_n_splits", None)),
+        "StudySpec.cv",
+        f"must be a scikit-learn splitter (with split and get_n_splits) or a number of folds, got {cv!r}",
+    )
     return cv
 
 
@@ -251,8 +318,11 @@ def _resolve_metrics(metric: Any, model: Any) -> tuple:
     metrics = tuple(metric) if isinstance(metric, (list, tuple)) else (metric,)
     require(len(metrics) >= 1, "StudySpec.metric", "must name at least one metric")
     for each in metrics:
-        require(each is None or isinstance(each, str) or callable(each), "StudySpec.metric",
-                 f"entries must be metric names or scorer callables, got {each!r}")
+        require(
+            each is None or isinstance(each, str) or callable(each),
+            "StudySpec.metric",
+            f"entries must be metric names or scorer callables, got {each!r}",
+        )
     require(len(metrics) == 1 or None not in metrics, "StudySpec.metric", "a multi-objective list cannot contain None")
     if model.metrics_are_scorers:
         from sklearn.metrics import get_scorer_names
@@ -278,17 +348,26 @@ def _metric_name(metric: Any, model: Any) -> str:
 
 
 def _resolve_directions(direction: Any, directions: Any, metrics: tuple, model: Any) -> tuple[str, ...]:
-    require(direction is None or directions is None, "StudySpec.direction",
-             "and StudySpec.directions are the same setting: give only one")
+    require(
+        direction is None or directions is None,
+        "StudySpec.direction",
+        "and StudySpec.directions are the same setting: give only one",
+    )
     given = direction if direction is not None else directions
     if given is None:
         return tuple(_default_direction(metric, model) for metric in metrics)
     given = (given,) if isinstance(given, str) else tuple(given)
     for each in given:
-        require(each in ("maximize", "minimize"), "StudySpec.direction",
-                 f"entries must be 'maximize' or 'minimize', got {each!r}")
-    require(len(given) == len(metrics), "StudySpec.direction",
-             f"has {len(given)} entries but StudySpec.metric has {len(metrics)}: give one direction per metric")
+        require(
+            each in ("maximize", "minimize"),
+            "StudySpec.direction",
+            f"entries must be 'maximize' or 'minimize', got {each!r}",
+        )
+    require(
+        len(given) == len(metrics),
+        "StudySpec.direction",
+        f"has {len(given)} entries but StudySpec.metric has {len(metrics)}: give one direction per metric",
+    )
     return given
 
 
@@ -298,6 +377,7 @@ def _default_direction(metric: Any, model: Any) -> str:
     name = _metric_name(metric, model).lower()
     if model.metrics_are_scorers or not isinstance(metric, (str, type(None))) or name in get_scorer_names():
         return "maximize"  # scikit-learn scorers: greater is better
-    minimized = (name in _MINIMIZED_NAMES or name.endswith(("_loss", "_error", "_crossentropy"))
-                 or name.startswith("val_loss"))
+    minimized = (
+        name in _MINIMIZED_NAMES or name.endswith(("_loss", "_error", "_crossentropy")) or name.startswith("val_loss")
+    )
     return "minimize" if minimized else "maximize"

@@ -24,8 +24,12 @@ STOP = "tlsearch:stop_requested"
 def load(stores: Stores, name: str, spec=None) -> optuna.Study:
     """The study `name` from the study store, as a plain `optuna.Study` (with `spec`'s sampler and pruner)."""
     try:
-        return optuna.load_study(study_name=name, storage=stores.study_storage(),
-                                 sampler=spec.sampler if spec else None, pruner=spec.pruner if spec else None)
+        return optuna.load_study(
+            study_name=name,
+            storage=stores.study_storage(),
+            sampler=spec.sampler if spec else None,
+            pruner=spec.pruner if spec else None,
+        )
     except KeyError:
         raise TLSearchError(f"no study named {name!r} in {stores.describe()}") from None
 
@@ -50,14 +54,19 @@ def copy(source: Stores, target: Stores, name: str, to_name: str | None = None) 
     fold plan, so it can be resumed there (`optuna.copy_study` copies the trials and attributes)."""
     to_name = to_name or name
     attrs = read(load(source, name))
-    optuna.copy_study(from_study_name=name, from_storage=source.study_storage(),
-                      to_storage=target.study_storage(), to_study_name=to_name)
+    optuna.copy_study(
+        from_study_name=name,
+        from_storage=source.study_storage(),
+        to_storage=target.study_storage(),
+        to_study_name=to_name,
+    )
     copied = load(target, to_name)
     study_files.copy_record(source, target, name, to_name)
     if DATASET_REF in attrs:
         dataset = HostCache().open(source.dataset_store(), attrs[DATASET_REF])
-        info = target.dataset_store().push(dataset.info.name, dict(dataset.arrays), metadata=dataset.info.metadata,
-                                           new_version=True)
+        info = target.dataset_store().push(
+            dataset.info.name, dict(dataset.arrays), metadata=dataset.info.metadata, new_version=True
+        )
         target.dataset_store().put_fold_plan(source.dataset_store().get_fold_plan(attrs[FOLD_PLAN]))
         write(copied, DATASET_REF, info.ref)
     return copied

@@ -85,15 +85,25 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
         trial = compat.open_trial(study, job.trial_id)
         dataset = _open_dataset(job.stores, job.dataset_ref)
         plan = _fold_plan(job.stores, job.fold_plan_hash)
-        values = cv.evaluate(trial, spec, dataset.arrays, _fold_rows(spec, dataset, plan),
-                             dataset_hash=job.dataset_hash, fold_plan_hash=job.fold_plan_hash,
-                             artifact_store=job.stores.artifact_store() if spec.keep_predictions else None)
+        values = cv.evaluate(
+            trial,
+            spec,
+            dataset.arrays,
+            _fold_rows(spec, dataset, plan),
+            dataset_hash=job.dataset_hash,
+            fold_plan_hash=job.fold_plan_hash,
+            artifact_store=job.stores.artifact_store() if spec.keep_predictions else None,
+        )
     except optuna.TrialPruned:
         return TrialOutcome(TrialState.PRUNED, worker=worker, seconds=time.perf_counter() - started)
     except Exception as error:  # the trial failed; the study goes on (the driver records why)
-        return TrialOutcome(TrialState.FAIL, error=cv.describe_failure(error),
-                            retryable=cv.is_infrastructure_error(error), worker=worker,
-                            seconds=time.perf_counter() - started)
+        return TrialOutcome(
+            TrialState.FAIL,
+            error=cv.describe_failure(error),
+            retryable=cv.is_infrastructure_error(error),
+            worker=worker,
+            seconds=time.perf_counter() - started,
+        )
     values = [float(values)] if np.isscalar(values) else [float(v) for v in values]
     return TrialOutcome(TrialState.COMPLETE, values, worker=worker, seconds=time.perf_counter() - started)
 

@@ -22,8 +22,11 @@ _SPLIT = re.compile(r"^split(\d+)_test_score$")
 
 def fold_scores(trial: FrozenTrial) -> dict[int, float]:
     """The trial's validation score per fold number, in fold order (a pruned trial lacks its later folds)."""
-    folds = sorted((int(m.group(1)), value) for key, value in trial.user_attrs.items()
-                   if (m := _SPLIT.match(key)) and isinstance(value, (int, float)))
+    folds = sorted(
+        (int(m.group(1)), value)
+        for key, value in trial.user_attrs.items()
+        if (m := _SPLIT.match(key)) and isinstance(value, (int, float))
+    )
     return dict(folds)
 
 
@@ -52,13 +55,26 @@ def trial_rows(study: optuna.Study, states: tuple[TrialState, ...] | None = None
 
 
 # scikit-learn's cv_results_ order; the split columns go after these.
-_CV_COLUMNS = ("rank_test_score", "mean_test_score", "std_test_score", "mean_fit_time", "std_fit_time",
-               "mean_score_time", "std_score_time")
+_CV_COLUMNS = (
+    "rank_test_score",
+    "mean_test_score",
+    "std_test_score",
+    "mean_fit_time",
+    "std_fit_time",
+    "mean_score_time",
+    "std_score_time",
+)
 _STD_OF_FOLDS = ("std_test_score", "std_fit_time", "std_score_time")
 
 
-def results(name: str, *, mongo: str | None = None, database: str = DEFAULT_DATABASE, home=None,
-            states: tuple[TrialState, ...] | None = None):
+def results(
+    name: str,
+    *,
+    mongo: str | None = None,
+    database: str = DEFAULT_DATABASE,
+    home=None,
+    states: tuple[TrialState, ...] | None = None,
+):
     """The trials of study `name` as a pandas DataFrame, one row per trial (what `tlsearch trials` prints)."""
     return trials_frame(study_attrs.load(Stores.resolve(mongo, database, home), name), states)
 
@@ -79,9 +95,10 @@ def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = No
     frame = frame[frame["number"].isin([t.number for t in trials])].reset_index(drop=True)
     by_number = {t.number: t for t in trials}
     n_folds = max((len(fold_scores(t)) for t in every), default=0)  # the same columns whatever `states`
-    cv = pd.DataFrame([_cv_columns(by_number[n], n_folds) for n in frame["number"]],
-                      columns=[*_CV_COLUMNS[1:], *(f"split{k}_test_score" for k in range(n_folds)), "n_folds_run",
-                               "error"])
+    cv = pd.DataFrame(
+        [_cv_columns(by_number[n], n_folds) for n in frame["number"]],
+        columns=[*_CV_COLUMNS[1:], *(f"split{k}_test_score" for k in range(n_folds)), "n_folds_run", "error"],
+    )
     cv["n_folds_run"] = cv["n_folds_run"].astype("Int64")  # NaN for a trial that failed before a fold ended
     frame = pd.concat([frame, cv], axis=1)
     frame.insert(1, "rank_test_score", _ranks(study, frame))
@@ -132,8 +149,7 @@ def format_frame(frame, fmt: str = "table", path=None) -> str | None:
         return frame.to_csv(index=False)
     if fmt == "json":
         return frame.to_json(orient="records", date_format="iso", indent=2)
-    return format_rows([{k: (None if _missing(v) else v) for k, v in row.items()}
-                        for row in frame.to_dict("records")])
+    return format_rows([{k: (None if _missing(v) else v) for k, v in row.items()} for row in frame.to_dict("records")])
 
 
 def require_pyarrow() -> None:
@@ -187,7 +203,9 @@ def best_summary(study: optuna.Study) -> str:
         lines.append(f"best trial #{trial.number}: value {values}")
         attrs = trial.user_attrs
         if "mean_test_score" in attrs:
-            lines.append(f"  CV score: {attrs['mean_test_score']:.6g} ± {attrs.get('std_test_score', float('nan')):.3g}")
+            lines.append(
+                f"  CV score: {attrs['mean_test_score']:.6g} ± {attrs.get('std_test_score', float('nan')):.3g}"
+            )
         scores = fold_scores(trial)
         if scores:
             lines.append("  folds:    " + "  ".join(f"{s:.4g}" for s in scores.values()))
@@ -205,8 +223,11 @@ def study_status(study_summary: optuna.study.StudySummary, study: optuna.Study) 
     return {
         "name": study_summary.study_name,
         "directions": [d.name.lower() for d in study_summary.directions],
-        "complete": counts["COMPLETE"], "pruned": counts["PRUNED"], "failed": counts["FAIL"],
-        "running": counts["RUNNING"], "waiting": counts["WAITING"],
+        "complete": counts["COMPLETE"],
+        "pruned": counts["PRUNED"],
+        "failed": counts["FAIL"],
+        "running": counts["RUNNING"],
+        "waiting": counts["WAITING"],
         "best_value": best.value if best is not None and len(study_summary.directions) == 1 else None,
         "best_trial": best.number if best is not None else None,
         "dataset": study_attrs.read(study).get(study_attrs.DATASET_REF),
@@ -227,4 +248,3 @@ def _text(value) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
-

@@ -14,29 +14,43 @@ log = logging.getLogger(__name__)
 
 def register(subparsers, parent) -> None:
     run = subparsers.add_parser(
-        "run", parents=[parent, _driver_options()], help="run a study file to its target",
+        "run",
+        parents=[parent, _driver_options()],
+        help="run a study file to its target",
         description="Run the study defined in STUDY_FILE (a Python file with a `spec = tlsearch.StudySpec(...)`) "
-                    "until --n-trials trials are complete or pruned in total, then print the best trial and "
-                    "write the report. Running an existing study again continues it.",
-        epilog="example: tlsearch run studies/digits_mlp.py --n-trials 20 --workers 2")
+        "until --n-trials trials are complete or pruned in total, then print the best trial and "
+        "write the report. Running an existing study again continues it.",
+        epilog="example: tlsearch run studies/digits_mlp.py --n-trials 20 --workers 2",
+    )
     run.add_argument("study_file", metavar="STUDY_FILE", help="path of the study file")
     run.add_argument("--name", help="study name (default: the name in the study file)")
     run.set_defaults(func=_run)
 
     resume = subparsers.add_parser(
-        "resume", parents=[parent, _driver_options()], help="continue a study from the store",
+        "resume",
+        parents=[parent, _driver_options()],
+        help="continue a study from the store",
         description="Continue study NAME from the study store, with the study file it was run with on this "
-                    "machine (or --study PATH), after checking that its dataset and fold plan are unchanged.",
-        epilog="example: tlsearch resume digits-mlp --n-trials 40")
+        "machine (or --study PATH), after checking that its dataset and fold plan are unchanged.",
+        epilog="example: tlsearch resume digits-mlp --n-trials 40",
+    )
     resume.add_argument("name", metavar="NAME")
-    resume.add_argument("--study", "--study-file", dest="study_file", metavar="PATH",
-                        help="study file to run (default: the one that ran NAME on this machine)")
+    resume.add_argument(
+        "--study",
+        "--study-file",
+        dest="study_file",
+        metavar="PATH",
+        help="study file to run (default: the one that ran NAME on this machine)",
+    )
     resume.set_defaults(func=_resume)
 
     stop = subparsers.add_parser(
-        "stop", parents=[parent], help="ask running drivers to finish",
+        "stop",
+        parents=[parent],
+        help="ask running drivers to finish",
         description="Ask every driver running study NAME to finish its running trials and start no new ones.",
-        epilog="example: tlsearch stop digits-mlp")
+        epilog="example: tlsearch stop digits-mlp",
+    )
     stop.add_argument("name", metavar="NAME")
     stop.set_defaults(func=_stop)
 
@@ -44,16 +58,31 @@ def register(subparsers, parent) -> None:
 def _driver_options() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(add_help=False, parents=[tls_options()])
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--scheduler", metavar="ADDR",
-                       help="address of an existing Dask scheduler, e.g. tcp://10.0.0.5:8786 "
-                            "(default: $TLSEARCH_SCHEDULER, else a local cluster)")
-    where.add_argument("--workers", type=int, metavar="N", help="worker processes of the local cluster (default: one per core)")
-    parser.add_argument("--parallelism", type=int, metavar="N", help="trials in flight (default: the cluster's capacity)")
-    parser.add_argument("--n-trials", type=int, metavar="N", help="complete + pruned trials to reach, counting earlier ones")
+    where.add_argument(
+        "--scheduler",
+        metavar="ADDR",
+        help="address of an existing Dask scheduler, e.g. tcp://10.0.0.5:8786 "
+        "(default: $TLSEARCH_SCHEDULER, else a local cluster)",
+    )
+    where.add_argument(
+        "--workers", type=int, metavar="N", help="worker processes of the local cluster (default: one per core)"
+    )
+    parser.add_argument(
+        "--parallelism", type=int, metavar="N", help="trials in flight (default: the cluster's capacity)"
+    )
+    parser.add_argument(
+        "--n-trials", type=int, metavar="N", help="complete + pruned trials to reach, counting earlier ones"
+    )
     parser.add_argument("--timeout", type=float, metavar="S", help="stop starting trials after S seconds")
-    parser.add_argument("--progress", choices=("auto", "bar", "log", "off"), default="auto",
-                        help="live bar, one line per trial, or nothing (default: bar on a terminal)")
-    parser.add_argument("--report", metavar="PATH", help="where to write the HTML report (default: HOME/reports/NAME.html)")
+    parser.add_argument(
+        "--progress",
+        choices=("auto", "bar", "log", "off"),
+        default="auto",
+        help="live bar, one line per trial, or nothing (default: bar on a terminal)",
+    )
+    parser.add_argument(
+        "--report", metavar="PATH", help="where to write the HTML report (default: HOME/reports/NAME.html)"
+    )
     parser.add_argument("--no-report", action="store_true", help="do not write the report")
     return parser
 
@@ -80,10 +109,20 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
     from tlsearch import driver, trials_table
 
     stores = stores_of(args)
-    result = driver.drive(spec, stores=stores, scheduler=config.scheduler(args.scheduler), n_workers=args.workers,
-                          parallelism=args.parallelism, n_trials=args.n_trials, timeout=args.timeout, name=name,
-                          study_file=study_file, progress="off" if args.quiet else args.progress, resume=resume,
-                          security=security_of(args))
+    result = driver.drive(
+        spec,
+        stores=stores,
+        scheduler=config.scheduler(args.scheduler),
+        n_workers=args.workers,
+        parallelism=args.parallelism,
+        n_trials=args.n_trials,
+        timeout=args.timeout,
+        name=name,
+        study_file=study_file,
+        progress="off" if args.quiet else args.progress,
+        resume=resume,
+        security=security_of(args),
+    )
     if result.reason == driver.NOTHING_TO_DO:
         log.info("nothing to do: %s", result.detail)
         return result.exit_code

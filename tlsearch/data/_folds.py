@@ -36,8 +36,9 @@ class FoldPlan:
         return len(self.folds)
 
     @classmethod
-    def build(cls, dataset_hash: str, splitter: str, n_rows: int,
-              folds: Sequence[tuple[Sequence[int], Sequence[int]]]) -> FoldPlan:
+    def build(
+        cls, dataset_hash: str, splitter: str, n_rows: int, folds: Sequence[tuple[Sequence[int], Sequence[int]]]
+    ) -> FoldPlan:
         """A plan from index pairs; checks every index is a row of the dataset."""
         checked = []
         for k, (train, validation) in enumerate(folds):
@@ -45,7 +46,9 @@ class FoldPlan:
             for part, rows in (("train", train), ("validation", validation)):
                 rows = np.asarray(rows)
                 if rows.ndim != 1 or (rows.size and rows.dtype.kind not in "iu"):
-                    raise DatasetValidationError(f"{splitter} gave fold {k} {part} rows that are not a 1-D integer array")
+                    raise DatasetValidationError(
+                        f"{splitter} gave fold {k} {part} rows that are not a 1-D integer array"
+                    )
                 rows = rows.astype(np.int64)
                 if rows.size and (rows.min() < 0 or rows.max() >= n_rows):
                     raise DatasetValidationError(f"{splitter} gave fold {k} {part} rows outside 0..{n_rows - 1}")
@@ -54,7 +57,9 @@ class FoldPlan:
             checked.append(tuple(pair))
         if not checked:
             raise DatasetValidationError(f"{splitter} gave no folds")
-        return cls(hash_fold_plan(dataset_hash, splitter, n_rows, checked), dataset_hash, splitter, int(n_rows), checked)
+        return cls(
+            hash_fold_plan(dataset_hash, splitter, n_rows, checked), dataset_hash, splitter, int(n_rows), checked
+        )
 
     def check_matches(self, dataset_info, splitter) -> None:
         """`dataset_info` is a DatasetInfo or a Dataset (its `.info`). Raise FoldPlanMismatchError saying what changed when this plan was not made from that dataset
@@ -64,19 +69,26 @@ class FoldPlan:
         if info.hash != self.dataset_hash:
             problems.append(
                 f"the dataset changed: the plan was made from content sha256 {self.dataset_hash[:12]} "
-                f"({self.n_rows} rows), but {info.ref} is sha256 {info.hash[:12]} ({info.n_rows} rows)")
+                f"({self.n_rows} rows), but {info.ref} is sha256 {info.hash[:12]} ({info.n_rows} rows)"
+            )
         description = describe_splitter(splitter)
         if description != self.splitter:
             problems.append(f"the splitter changed: the plan was made with {self.splitter}, now it is {description}")
         if problems:
             raise FoldPlanMismatchError(
                 f"fold plan {self.hash[:12]} does not match: {'; '.join(problems)}. Resume with the original "
-                "dataset and splitter, or start a new study")
+                "dataset and splitter, or start a new study"
+            )
 
     # -- storage form: a plain document plus one int64 array of all indices ----------------------------
     def to_document(self) -> dict:
-        return {"hash": self.hash, "dataset_hash": self.dataset_hash, "splitter": self.splitter,
-                "n_rows": self.n_rows, "sizes": [[len(t), len(v)] for t, v in self.folds]}
+        return {
+            "hash": self.hash,
+            "dataset_hash": self.dataset_hash,
+            "splitter": self.splitter,
+            "n_rows": self.n_rows,
+            "sizes": [[len(t), len(v)] for t, v in self.folds],
+        }
 
     def packed_indices(self) -> np.ndarray:
         """Every fold's train then validation indices, concatenated (int64)."""
@@ -91,8 +103,8 @@ class FoldPlan:
         folds, start = [], 0
         try:
             for n_train, n_validation in document["sizes"]:
-                train = packed[start:start + n_train]
-                validation = packed[start + n_train:start + n_train + n_validation]
+                train = packed[start : start + n_train]
+                validation = packed[start + n_train : start + n_train + n_validation]
                 start += n_train + n_validation
                 folds.append((train, validation))
             complete = start == len(packed) and packed.dtype == np.int64
@@ -103,7 +115,8 @@ class FoldPlan:
             complete, actual = False, ""
         if not complete or actual != document.get("hash"):
             raise DatasetCorruptedError(
-                f"stored fold plan {str(document.get('hash'))[:12]} is damaged (its indices do not match its hash)")
+                f"stored fold plan {str(document.get('hash'))[:12]} is damaged (its indices do not match its hash)"
+            )
         check_sha256(document["dataset_hash"], "fold plan's dataset hash")
         return cls(actual, document["dataset_hash"], document["splitter"], int(document["n_rows"]), folds)
 
@@ -114,7 +127,8 @@ def describe_splitter(splitter) -> str:
     if not callable(getattr(splitter, "split", None)):
         raise DatasetValidationError(
             f"{type(splitter).__name__} is not a splitter: it needs a split(X, y, groups) method "
-            "(e.g. sklearn.model_selection.KFold)")
+            "(e.g. sklearn.model_selection.KFold)"
+        )
     description = repr(splitter)
     if description.startswith("<"):  # the default object repr says nothing about the parameters
         fields = ", ".join(f"{k}={v!r}" for k, v in sorted(vars(splitter).items()) if not k.startswith("_"))

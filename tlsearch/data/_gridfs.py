@@ -51,8 +51,13 @@ BUCKET = "datasets"
 class MongoDatasetStore(DatasetStore):
     """Datasets in MongoDB (see the module docstring). Picklable when built from a URI: it reconnects lazily."""
 
-    def __init__(self, url_or_client: str | pymongo.MongoClient, database: str = DEFAULT_DATABASE, *,
-                 chunk_bytes: int = CHUNK_BYTES) -> None:
+    def __init__(
+        self,
+        url_or_client: str | pymongo.MongoClient,
+        database: str = DEFAULT_DATABASE,
+        *,
+        chunk_bytes: int = CHUNK_BYTES,
+    ) -> None:
         super().__init__()
         if isinstance(url_or_client, str):
             self._uri, self._client, self._owns_client = url_or_client, None, True
@@ -149,8 +154,15 @@ class MongoDatasetStore(DatasetStore):
                 return decision
             record_id = ObjectId()
             self._acquire_content(content_hash, arrays, record_id, progress)
-            info = DatasetInfo(name, decision, content_hash, describe_arrays(arrays), metadata,
-                               datetime.now(timezone.utc), sum(a.nbytes for a in arrays.values()))
+            info = DatasetInfo(
+                name,
+                decision,
+                content_hash,
+                describe_arrays(arrays),
+                metadata,
+                datetime.now(timezone.utc),
+                sum(a.nbytes for a in arrays.values()),
+            )
             try:
                 self._records.insert_one({"_id": record_id, **info.to_document()})
                 return info
@@ -161,18 +173,28 @@ class MongoDatasetStore(DatasetStore):
                 raise
         raise DatasetBusyError(f"dataset {name!r} is being pushed by others right now; try again")
 
-    def _acquire_content(self, content_hash: str, arrays: dict[str, np.ndarray], pin: ObjectId,
-                         progress: Progress | None) -> bool:
+    def _acquire_content(
+        self, content_hash: str, arrays: dict[str, np.ndarray], pin: ObjectId, progress: Progress | None
+    ) -> bool:
         """Pin the content for record `pin`, uploading it first when it is not stored; True if uploaded."""
         deadline = time.monotonic() + WAIT_SECONDS
         while True:
-            if self._contents.update_one({"_id": content_hash, "state": "ready"},
-                                         {"$addToSet": {"refs": pin}}).matched_count:
+            if self._contents.update_one(
+                {"_id": content_hash, "state": "ready"}, {"$addToSet": {"refs": pin}}
+            ).matched_count:
                 return False
             owner = ObjectId()
             try:
-                self._contents.insert_one({"_id": content_hash, "state": "uploading", "owner": owner, "refs": [pin],
-                                           "heartbeat": datetime.now(timezone.utc), "files": {}})
+                self._contents.insert_one(
+                    {
+                        "_id": content_hash,
+                        "state": "uploading",
+                        "owner": owner,
+                        "refs": [pin],
+                        "heartbeat": datetime.now(timezone.utc),
+                        "files": {},
+                    }
+                )
             except DuplicateKeyError:
                 self._wait_for_other(content_hash, deadline)
                 continue
@@ -181,12 +203,17 @@ class MongoDatasetStore(DatasetStore):
                 files = {}
                 for array_name, array in arrays.items():
                     files[array_name] = self._upload(
-                        iter_npy(array), f"{content_hash}/{array_name}.npy",
+                        iter_npy(array),
+                        f"{content_hash}/{array_name}.npy",
                         {"kind": "array", "dataset_hash": content_hash, "array": array_name, "upload": owner},
-                        progress, heartbeat=lambda: self._beat(content_hash, owner))
+                        progress,
+                        heartbeat=lambda: self._beat(content_hash, owner),
+                    )
                     self.stats.arrays_sent += 1
-                done = self._contents.update_one({"_id": content_hash, "owner": owner, "state": "uploading"},
-                                                 {"$set": {"state": "ready", "files": files}})
+                done = self._contents.update_one(
+                    {"_id": content_hash, "owner": owner, "state": "uploading"},
+                    {"$set": {"state": "ready", "files": files}},
+                )
                 if not done.modified_count:
                     raise DatasetBusyError(f"the upload of content {content_hash[:12]} was taken over as stale")
                 return True
@@ -197,8 +224,9 @@ class MongoDatasetStore(DatasetStore):
 
     def _beat(self, content_hash: str, owner: ObjectId) -> None:
         """Refresh the heartbeat (server clock) of our own upload; stop if someone took it over."""
-        if not self._contents.update_one({"_id": content_hash, "owner": owner, "state": "uploading"},
-                                         {"$currentDate": {"heartbeat": True}}).matched_count:
+        if not self._contents.update_one(
+            {"_id": content_hash, "owner": owner, "state": "uploading"}, {"$currentDate": {"heartbeat": True}}
+        ).matched_count:
             raise DatasetBusyError(f"the upload of content {content_hash[:12]} was taken over as stale")
 
     def _wait_for_other(self, content_hash: str, deadline: float) -> None:
@@ -207,26 +235,47 @@ class MongoDatasetStore(DatasetStore):
         if doc is None or doc["state"] == "ready":
             return
         stale = self._contents.find_one(
-            {"_id": content_hash, "owner": doc["owner"], "state": doc["state"], "heartbeat": doc["heartbeat"],
-             "$expr": {"$lt": ["$heartbeat", {"$subtract": ["$$NOW", STALE_SECONDS * 1000]}]}}, {"_id": 1})
-        if stale and self._contents.update_one(
+            {
+                "_id": content_hash,
+                "owner": doc["owner"],
+                "state": doc["state"],
+                "heartbeat": doc["heartbeat"],
+                "$expr": {"$lt": ["$heartbeat", {"$subtract": ["$$NOW", STALE_SECONDS * 1000]}]},
+            },
+            {"_id": 1},
+        )
+        if (
+            stale
+            and self._contents.update_one(
                 {"_id": content_hash, "owner": doc["owner"], "state": doc["state"], "heartbeat": doc["heartbeat"]},
-                {"$set": {"state": "deleting"}, "$currentDate": {"heartbeat": True}}).modified_count:
+                {"$set": {"state": "deleting"}, "$currentDate": {"heartbeat": True}},
+            ).modified_count
+        ):
             self._purge(content_hash, doc["owner"])
             return
         if time.monotonic() > deadline:
             raise DatasetBusyError(
                 f"content sha256 {content_hash[:12]} has been {doc['state']} by another process for too long; "
-                "try again later")
+                "try again later"
+            )
         time.sleep(0.2)
 
-    def _upload(self, pieces: Iterable[memoryview], filename: str, metadata: dict, progress: Progress | None,
-                heartbeat=None) -> dict:
+    def _upload(
+        self, pieces: Iterable[memoryview], filename: str, metadata: dict, progress: Progress | None, heartbeat=None
+    ) -> dict:
         """Write one GridFS file from byte pieces. The files document comes first (length 0 until done), so
         a cleanup by `metadata.upload` finds the chunks of an upload that died halfway."""
         file_id, n, length, batch, batch_bytes = ObjectId(), 0, 0, [], 0
-        self._files.insert_one({"_id": file_id, "length": 0, "chunkSize": self.chunk_bytes,
-                                "uploadDate": datetime.now(timezone.utc), "filename": filename, "metadata": metadata})
+        self._files.insert_one(
+            {
+                "_id": file_id,
+                "length": 0,
+                "chunkSize": self.chunk_bytes,
+                "uploadDate": datetime.now(timezone.utc),
+                "filename": filename,
+                "metadata": metadata,
+            }
+        )
         try:
             for chunk in _rechunk(pieces, self.chunk_bytes):
                 batch.append({"files_id": file_id, "n": n, "data": Binary(chunk)})
@@ -272,8 +321,10 @@ class MongoDatasetStore(DatasetStore):
         """Unpin the content for record `pin`; the last one out removes the content's bytes and fold plans."""
         self._contents.update_one({"_id": content_hash}, {"$pull": {"refs": pin}})
         self._drop_dangling_pins(content_hash)
-        if self._contents.update_one({"_id": content_hash, "state": "ready", "refs": {"$size": 0}},
-                                     {"$set": {"state": "deleting"}, "$currentDate": {"heartbeat": True}}).modified_count:
+        if self._contents.update_one(
+            {"_id": content_hash, "state": "ready", "refs": {"$size": 0}},
+            {"$set": {"state": "deleting"}, "$currentDate": {"heartbeat": True}},
+        ).modified_count:
             doc = self._contents.find_one({"_id": content_hash})
             if doc is not None:
                 self._purge(content_hash, doc["owner"])
@@ -316,16 +367,18 @@ class MongoDatasetStore(DatasetStore):
         """Read one GridFS file's chunks in order, at most READ_BATCH_BYTES per reply, checking each."""
         total = 0
         try:
-            for data in read_gridfs_chunks(self._chunks, file["id"], int(file["length"]), int(file["chunk_size"]),
-                                           batch_bytes=READ_BATCH_BYTES):
+            for data in read_gridfs_chunks(
+                self._chunks, file["id"], int(file["length"]), int(file["chunk_size"]), batch_bytes=READ_BATCH_BYTES
+            ):
                 sink.write(data)
                 total += len(data)
                 self.stats.bytes_received += len(data)
                 if progress:
                     progress(len(data))
         except GridFSDamagedError as error:
-            raise DatasetCorruptedError(f"{what} is {error.problem} in the store ({error.detail}); "
-                                        "delete it and push it again") from None
+            raise DatasetCorruptedError(
+                f"{what} is {error.problem} in the store ({error.detail}); delete it and push it again"
+            ) from None
         return total
 
     # -- fold plans ----------------------------------------------------------------------------------------------
@@ -335,11 +388,15 @@ class MongoDatasetStore(DatasetStore):
             return plan
         if self._contents.find_one({"_id": plan.dataset_hash, "state": "ready"}, {"_id": 1}) is None:
             raise DatasetNotFoundError(
-                f"the dataset of fold plan {plan.hash[:12]} (sha256 {plan.dataset_hash[:12]}) is not in {self.describe()}")
+                f"the dataset of fold plan {plan.hash[:12]} (sha256 {plan.dataset_hash[:12]}) is not in {self.describe()}"
+            )
         upload = ObjectId()
-        file = self._upload(iter_npy(plan.packed_indices()), f"fold_plans/{plan.hash}.npy",
-                            {"kind": "fold_plan", "dataset_hash": plan.dataset_hash, "fold_plan": plan.hash,
-                             "upload": upload}, None)
+        file = self._upload(
+            iter_npy(plan.packed_indices()),
+            f"fold_plans/{plan.hash}.npy",
+            {"kind": "fold_plan", "dataset_hash": plan.dataset_hash, "fold_plan": plan.hash, "upload": upload},
+            None,
+        )
         document = {**plan.to_document(), "_id": plan.hash, "file": file, "created": datetime.now(timezone.utc)}
         try:
             self._plans.insert_one(document)

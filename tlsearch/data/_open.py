@@ -11,8 +11,9 @@ from tlsearch.data._local import LocalDatasetStore
 from tlsearch.data._store import DatasetStore
 
 
-def open_dataset_store(mongo_uri: str | None = None, *, database: str = DEFAULT_DATABASE,
-                       root: Path | None = None) -> DatasetStore:
+def open_dataset_store(
+    mongo_uri: str | None = None, *, database: str = DEFAULT_DATABASE, root: Path | None = None
+) -> DatasetStore:
     """The MongoDB (GridFS) store when `mongo_uri` is given, else the local store under `root`/datasets
     (`root` defaults to tlsearch.config.home())."""
     if mongo_uri:

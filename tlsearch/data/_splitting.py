@@ -29,7 +29,8 @@ def compute_fold_plan(dataset: Dataset, splitter) -> FoldPlan:
         if "groups" in str(error) and arrays.get(GROUPS) is None:
             raise DatasetValidationError(
                 f"{description} needs groups, but dataset {info.ref} has no 'groups' array "
-                "(push it with --groups COLUMN)") from None
+                "(push it with --groups COLUMN)"
+            ) from None
         raise DatasetValidationError(f"{description} cannot split {info.ref}: {error}") from None
     return FoldPlan.build(info.hash, description, info.n_rows, folds)
 

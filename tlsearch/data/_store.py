@@ -48,8 +48,15 @@ class DatasetStore(abc.ABC):
         self.stats = TransferStats()
 
     # -- writing ---------------------------------------------------------------------------------------
-    def push(self, name: str, arrays: Mapping[str, np.ndarray], *, metadata: dict | None = None,
-             new_version: bool = False, progress: Progress | None = None) -> DatasetInfo:
+    def push(
+        self,
+        name: str,
+        arrays: Mapping[str, np.ndarray],
+        *,
+        metadata: dict | None = None,
+        new_version: bool = False,
+        progress: Progress | None = None,
+    ) -> DatasetInfo:
         """Store `arrays` as dataset `name` and return its info.
 
         Content identical to the latest version returns that version (nothing is transferred); content
@@ -63,8 +70,15 @@ class DatasetStore(abc.ABC):
         return self._push(name, prepared, hash_arrays(prepared), document, new_version, progress)
 
     @abc.abstractmethod
-    def _push(self, name: str, arrays: dict[str, np.ndarray], content_hash: str, metadata: dict,
-              new_version: bool, progress: Progress | None) -> DatasetInfo:
+    def _push(
+        self,
+        name: str,
+        arrays: dict[str, np.ndarray],
+        content_hash: str,
+        metadata: dict,
+        new_version: bool,
+        progress: Progress | None,
+    ) -> DatasetInfo:
         """Store validated arrays; settle races on the name and the content atomically."""
 
     @abc.abstractmethod
@@ -104,7 +118,8 @@ class DatasetStore(abc.ABC):
         if actual != info.hash:
             raise DatasetCorruptedError(
                 f"stored bytes of {info.ref} do not match its hash (sha256 {actual[:12]} instead of "
-                f"{info.hash[:12]}): delete it and push it again")
+                f"{info.hash[:12]}): delete it and push it again"
+            )
         return info
 
     # -- fold plans ------------------------------------------------------------------------------------
@@ -133,11 +148,11 @@ class DatasetStore(abc.ABC):
     def _not_found(self, ref: str) -> DatasetNotFoundError:
         return DatasetNotFoundError(
             f"no dataset {ref!r} in {self.describe()} (`tlsearch dataset ls` lists them; "
-            f"`tlsearch dataset push NAME PATH` adds one)")
+            f"`tlsearch dataset push NAME PATH` adds one)"
+        )
 
 
-def version_for_push(name: str, latest: DatasetInfo | None, content_hash: str,
-                     new_version: bool) -> DatasetInfo | int:
+def version_for_push(name: str, latest: DatasetInfo | None, content_hash: str, new_version: bool) -> DatasetInfo | int:
     """The version a push of `content_hash` creates under `name`, or the existing latest when identical."""
     if latest is None:
         return 1
@@ -146,7 +161,8 @@ def version_for_push(name: str, latest: DatasetInfo | None, content_hash: str,
     if not new_version:
         raise DatasetExistsError(
             f"dataset {name!r} already holds different content ({latest.ref}, sha256 {latest.hash[:12]}): "
-            f"push with --new-version (new_version=True) to add {name}@{latest.version + 1}, or use another name")
+            f"push with --new-version (new_version=True) to add {name}@{latest.version + 1}, or use another name"
+        )
     return latest.version + 1
 
 

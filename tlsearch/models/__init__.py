@@ -26,6 +26,20 @@ from tlsearch.models._keras import (  # import keras only when called
 )
 from tlsearch.models._sklearn import SklearnModel
 
-__all__ = ["CustomLoop", "Fold", "FoldResult", "FoldTrainer", "KerasModel", "ModelKind", "NonFiniteLossError",
-           "NonFiniteScoreError", "SklearnModel", "SpecView", "Target", "describe_target", "import_keras", "is_class_labels",
-           "prepare_worker"]
+__all__ = [
+    "CustomLoop",
+    "Fold",
+    "FoldResult",
+    "FoldTrainer",
+    "KerasModel",
+    "ModelKind",
+    "NonFiniteLossError",
+    "NonFiniteScoreError",
+    "SklearnModel",
+    "SpecView",
+    "Target",
+    "describe_target",
+    "import_keras",
+    "is_class_labels",
+    "prepare_worker",
+]

@@ -35,14 +35,19 @@ class CustomLoopTrainer:
         scores = list(returned) if isinstance(returned, (list, tuple, np.ndarray)) else [returned]
         if len(scores) != self._n_metrics:
             raise ValueError(f"CustomLoop.fn returned {len(scores)} scores for {self._n_metrics} metrics")
-        return FoldResult(test_scores=[float(score) for score in scores], fit_time=fit_time, score_time=0.0,
-                          n_epochs=len(curve) or None, curve=curve or None)
+        return FoldResult(
+            test_scores=[float(score) for score in scores],
+            fit_time=fit_time,
+            score_time=0.0,
+            n_epochs=len(curve) or None,
+            curve=curve or None,
+        )
 
-    def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
-                 seed: int) -> Any:
+    def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None, seed: int) -> Any:
         if self._loop.refit is None:
-            raise TypeError("this study's CustomLoop has no refit function: give CustomLoop(fn, refit=...) "
-                            "to train a final model")
+            raise TypeError(
+                "this study's CustomLoop has no refit function: give CustomLoop(fn, refit=...) to train a final model"
+            )
         random.seed(seed)
         np.random.seed(seed)
         return self._loop.refit(params, X, y)

@@ -58,15 +58,19 @@ class SklearnTrainer:
         if self._return_train_score:
             train_scores = [float(scorer(estimator, fold.x_train, fold.y_train)) for scorer in self._scorers]
         predictions = estimator.predict(fold.x_valid) if self._keep_predictions else None
-        return FoldResult(test_scores=test_scores, fit_time=fit_time, score_time=score_time,
-                          train_scores=train_scores, predictions=predictions)
+        return FoldResult(
+            test_scores=test_scores,
+            fit_time=fit_time,
+            score_time=score_time,
+            train_scores=train_scores,
+            predictions=predictions,
+        )
 
     def score(self, model: Any, x: np.ndarray, y: np.ndarray) -> list[float]:
         """The study's metrics of a fitted model on rows x, y."""
         return [float(scorer(model, x, y)) for scorer in self._scorers]
 
-    def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
-                 seed: int) -> Any:
+    def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None, seed: int) -> Any:
         estimator = self._new_estimator(params, seed)
         fit_params = {} if sample_weight is None else {"sample_weight": sample_weight}
         return estimator.fit(X, y, **fit_params)

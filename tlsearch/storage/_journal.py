@@ -40,15 +40,21 @@ class JournalStorage(optuna.storages.JournalStorage):
     def set_trial_intermediate_value_and_user_attrs(
         self, trial_id: int, step: int, intermediate_value: float, attrs: Mapping[str, Any]
     ) -> None:
-        report = {"op_code": JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE, "trial_id": trial_id, "step": step,
-                  "intermediate_value": intermediate_value}
+        report = {
+            "op_code": JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE,
+            "trial_id": trial_id,
+            "step": step,
+            "intermediate_value": intermediate_value,
+        }
         self._append([report, *self._user_attr_logs(trial_id, attrs)])
 
     @staticmethod
     def _user_attr_logs(trial_id: int, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
         # One attribute per operation: Optuna's replay takes no more.
-        return [{"op_code": JournalOperation.SET_TRIAL_USER_ATTR, "trial_id": trial_id, "user_attr": {key: value}}
-                for key, value in attrs.items()]
+        return [
+            {"op_code": JournalOperation.SET_TRIAL_USER_ATTR, "trial_id": trial_id, "user_attr": {key: value}}
+            for key, value in attrs.items()
+        ]
 
     def _append(self, logs: list[dict[str, Any]]) -> None:
         if not logs:
@@ -127,8 +133,11 @@ class CrashTolerantJournalFile(BaseJournalBackend):
             f.seek(self._log_number_offset[log_number])
             for line in f:
                 if not line.endswith(b"\n"):
-                    log.warning("journal file %s: ignoring a cut-off last line (a process stopped while writing "
-                                "it); the next write removes it", self._file_path)
+                    log.warning(
+                        "journal file %s: ignoring a cut-off last line (a process stopped while writing "
+                        "it); the next write removes it",
+                        self._file_path,
+                    )
                     return
                 self._log_number_offset[log_number + 1] = self._log_number_offset[log_number] + len(line)
                 if log_number >= log_number_from:
@@ -152,7 +161,8 @@ class CrashTolerantJournalFile(BaseJournalBackend):
         if not isinstance(entry, dict) or "op_code" not in entry:
             raise JournalDamagedError(
                 f"journal file {self._file_path} is damaged at line {log_number + 1} ({line[:60]!r}): restore it "
-                "from a backup, or delete that line to lose the operation it held")
+                "from a backup, or delete that line to lose the operation it held"
+            )
         return entry
 
     def _cut_partial_last_line(self) -> None:

@@ -264,7 +264,9 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
         def increment(collections: _Collections) -> int | None:
             try:
                 before = collections.counters.find_one_and_update(
-                    {"_id": _STUDY_ID_COUNTER}, {"$inc": {"next": 1}}, upsert=True,
+                    {"_id": _STUDY_ID_COUNTER},
+                    {"$inc": {"next": 1}},
+                    upsert=True,
                     return_document=ReturnDocument.BEFORE,
                 )
             except DuplicateKeyError:  # two first-ever upserts raced; the counter now exists
@@ -473,9 +475,7 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
             raise KeyError(f"No trial with trial_id {trial_id} exists.")
         state = TrialState[document["state"]]
         if state.is_finished():
-            raise UpdateFinishedTrialError(
-                f"Trial#{document['number']} has already finished and can not be updated."
-            )
+            raise UpdateFinishedTrialError(f"Trial#{document['number']} has already finished and can not be updated.")
         return state
 
     def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
@@ -497,7 +497,8 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
             # document, to which we apply our own fields to get the new one.
             before = self._retrying(
                 lambda c: c.trials.find_one_and_update(
-                    {"_id": trial_id, "state": expected.name}, {"$set": fields},
+                    {"_id": trial_id, "state": expected.name},
+                    {"$set": fields},
                     return_document=ReturnDocument.BEFORE,
                 )
             )
@@ -611,17 +612,20 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
         """Take one of `limit` trial slots of the study; False when all are taken. A study without a counter
         starts at `claimed()` (its finished and running trials). A conditional `$inc` on one document: atomic."""
         if study_id not in self._slot_counters:
-            self._retrying(lambda c: c.studies.update_one(
-                {"_id": study_id, _SLOTS: {"$exists": False}}, {"$set": {_SLOTS: claimed()}}))
+            self._retrying(
+                lambda c: c.studies.update_one(
+                    {"_id": study_id, _SLOTS: {"$exists": False}}, {"$set": {_SLOTS: claimed()}}
+                )
+            )
             self._slot_counters.add(study_id)
-        result = self._retrying(lambda c: c.studies.update_one(
-            {"_id": study_id, _SLOTS: {"$lt": limit}}, {"$inc": {_SLOTS: 1}}))
+        result = self._retrying(
+            lambda c: c.studies.update_one({"_id": study_id, _SLOTS: {"$lt": limit}}, {"$inc": {_SLOTS: 1}})
+        )
         return result.modified_count == 1
 
     def release_trial_slot(self, study_id: int) -> None:
         """Give back a slot taken by `claim_trial_slot` (its trial failed)."""
-        self._retrying(lambda c: c.studies.update_one(
-            {"_id": study_id, _SLOTS: {"$gt": 0}}, {"$inc": {_SLOTS: -1}}))
+        self._retrying(lambda c: c.studies.update_one({"_id": study_id, _SLOTS: {"$gt": 0}}, {"$inc": {_SLOTS: -1}}))
 
     # Heartbeats (on the server's clock)
 
