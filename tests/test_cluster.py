@@ -11,7 +11,7 @@ import distributed
 import pytest
 from optuna.trial import TrialState
 
-from tlsearch import cluster, driver
+from tlsearch import cluster, driver, study_attrs
 from tlsearch.stores import Stores
 from tlsearch.study import load_study_file
 
@@ -100,3 +100,45 @@ def test_the_local_cluster_listens_on_loopback_only():
             if c.status == psutil.CONN_LISTEN
         ]
     assert listening and all(address.ip in ("127.0.0.1", "::1") for address in listening), listening
+
+
+def test_worker_and_driver_find_the_scheduler_through_its_scheduler_file(tmp_path):
+    from tlsearch import cli
+
+    study_file = tmp_path / "study.py"
+    study_file.write_text(STUDY)
+    scheduler_file = tmp_path / "scheduler.json"  # written by the scheduler itself, as `dask scheduler` does
+    with distributed.LocalCluster(
+        n_workers=0, processes=True, dashboard_address=None, scheduler_kwargs={"scheduler_file": str(scheduler_file)}
+    ):
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "tlsearch", "worker", "--scheduler-file", str(scheduler_file), "--cpu-workers", "1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            code = cli.main(
+                ["run", str(study_file), "--scheduler-file", str(scheduler_file), "--home", str(tmp_path / "home")]
+                + ["--progress", "off", "--no-report"]
+            )
+        finally:
+            os.killpg(worker.pid, signal.SIGINT)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+    assert code == 0
+    study = study_attrs.load(Stores(home=tmp_path / "home"), "on-workers")
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 4
+
+
+def test_a_scheduler_file_without_an_address_is_one_clear_line(tmp_path, capsys):
+    from tlsearch import cli
+
+    bad = tmp_path / "scheduler.json"
+    bad.write_text('{"type": "Scheduler"}')
+    assert cli.main(["worker", "--scheduler-file", str(bad)]) == 1
+    assert "names no scheduler address" in capsys.readouterr().err

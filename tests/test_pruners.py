@@ -145,3 +145,21 @@ def test_pruned_trials_of_a_run_record_why(tmp_path):
         assert reason["fold"] == trial.last_step == trial.user_attrs["n_folds_run"] - 1
         assert reason["n_folds"] == 4 and reason["reference_trial"] in complete
         assert reason["gap"] > reason["tolerance"]
+    # ...and people see it: `tlsearch trials` has a prune_reason column, the report a pruned-trials table.
+    from tlsearch import cli
+    from tlsearch.report import write_report
+
+    assert (
+        cli.main(
+            ["trials", "pruned", "--home", str(tmp_path / "home"), "--format", "csv", "-o", str(tmp_path / "t.csv")]
+        )
+        == 0
+    )
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "t.csv")
+    shown = table.set_index("number")["prune_reason"]
+    assert all(shown[t.number].startswith(f"pruned after fold {t.last_step} of 4") for t in pruned)
+    assert shown.drop([t.number for t in pruned]).isna().all()
+    page = write_report(study, tmp_path / "report.html").read_text()
+    assert "Why it was pruned" in page and f"#{pruned[0].number}" in page

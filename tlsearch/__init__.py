@@ -28,6 +28,7 @@ _EXPORTS = {
     "results": "tlsearch.trials_table",
     # the best model
     "load_model": "tlsearch.refit",
+    "predict": "tlsearch.refit",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -149,10 +149,13 @@ def prune_decision(trial: optuna.Trial, fold: int, n_folds: int) -> dict | None:
 
 
 def describe(reason: dict) -> str:
-    """One line for a `prune_reason` attribute."""
-    if "gap" in reason:
-        return str(PruneDecision(**reason))
-    return f"pruned after fold {reason['fold']} of {reason['n_folds']} by {reason['pruner']}"
+    """One line for a `prune_reason` attribute (read from the store: any dict is accepted)."""
+    try:
+        if "gap" in reason:
+            return str(PruneDecision(**reason))
+        return f"pruned after fold {reason['fold']} of {reason['n_folds']} by {reason['pruner']}"
+    except (TypeError, KeyError, ValueError):
+        return f"pruned (unreadable reason: {str(reason)[:80]})"
 
 
 def fold_scores(intermediate_values: dict[int, float], last_step: int) -> np.ndarray | None:

@@ -77,7 +77,7 @@ class RefitRecord:
     params: dict
     cv_score: float | None
     test_score: float | None  # on the study's test hold-out, when it declares one
-    classes: list | None
+    classes: list | None  # a classifier's original labels, in the order of its class indices
     created: str
 
 
@@ -125,7 +125,7 @@ def refit(
         params=trial.params,
         cv_score=trial.user_attrs.get("mean_test_score"),
         test_score=test_score,
-        classes=_classes(spec, y) if is_keras else None,
+        classes=_classes(model, spec, y, dataset.info.metadata.get("class_names"), is_keras),
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
     study_attrs.write(study, ATTR_REFIT, asdict(record))
@@ -157,7 +157,21 @@ def load_model(
         optuna.artifacts.download_artifact(
             artifact_store=stores.artifact_store(), file_path=str(path), artifact_id=record.artifact_id
         )
-        return load_model_file(path, record.sha256)
+        return _with_classes(load_model_file(path, record.sha256), record.classes)
+
+
+def predict(model, X) -> np.ndarray:
+    """Predictions of a model from `load_model` in the dataset's original labels (e.g. "gold", not 1) for a
+    classifier, or its values for a regressor."""
+    if hasattr(model, "get_params"):  # scikit-learn: its `classes_` maps its outputs already
+        return np.asarray(model.predict(X))
+    classes = getattr(model, "classes_", None)
+    outputs = np.asarray(model.predict(np.asarray(X), verbose=0))
+    if classes is None:
+        return outputs.reshape(len(outputs), -1)[:, 0] if outputs.ndim == 2 and outputs.shape[1] == 1 else outputs
+    if outputs.ndim == 2 and outputs.shape[1] == 1:  # a single sigmoid unit
+        return np.asarray(classes)[(outputs[:, 0] >= 0.5).astype(int)]
+    return np.asarray(classes)[np.argmax(outputs, axis=1)]
 
 
 def load_model_file(path: str | Path, sha256: str | None = None):
@@ -195,6 +209,12 @@ def _checked_record(document: object, name: str) -> RefitRecord:
         "format": record.format in _MODEL_FORMATS,
         "artifact_id": isinstance(record.artifact_id, str) and _ARTIFACT_ID.fullmatch(record.artifact_id),
         "sha256": isinstance(record.sha256, str) and re.fullmatch(r"[0-9a-f]{64}", record.sha256),
+        "classes": record.classes is None
+        or (
+            isinstance(record.classes, list)
+            and len(record.classes) <= 100_000
+            and all(isinstance(c, (str, int, float, bool)) for c in record.classes)
+        ),
         "filename": isinstance(record.filename, str)
         and Path(record.filename).name == record.filename
         and record.filename.endswith(_MODEL_FORMATS.get(record.format, "?")),
@@ -283,10 +303,31 @@ def _save(model, path: Path, is_keras: bool) -> None:
         skops.io.dump(model, path)
 
 
-def _classes(spec, y) -> list | None:
-    """The labels a Keras classifier's output columns stand for (it is trained on their indices)."""
-    classes = describe_target(np.asarray(y), spec.model.task).classes
-    return None if classes is None else classes.tolist()
+def _classes(model, spec, y, class_names: list | None, is_keras: bool) -> list | None:
+    """A classifier's original labels by class index: the dataset's class names where it encoded its labels
+    (a CSV's "bronze", "gold", "silver" as 0, 1, 2), else the label values; None for a regressor."""
+    if is_keras:
+        codes = describe_target(np.asarray(y), spec.model.task).classes
+    else:
+        codes = getattr(model, "classes_", None)
+    if codes is None:
+        return None
+    if class_names and all(float(c).is_integer() and 0 <= c < len(class_names) for c in codes):
+        return [class_names[int(c)] for c in codes]
+    return np.asarray(codes).tolist()
+
+
+def _with_classes(model, classes: list | None):
+    """`model` with `classes_` set to the original labels, so its predictions map back to them."""
+    if classes is None:
+        return model
+    labels = np.asarray(classes)
+    final = model[-1] if hasattr(model, "steps") else model  # a Pipeline's classes_ are its last step's
+    try:
+        final.classes_ = labels
+    except AttributeError:  # a scikit-learn estimator whose classes_ cannot be set: it keeps its codes
+        pass
+    return model
 
 
 def _sha256(path: Path) -> str:

@@ -28,6 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tlsearch import study_attrs
 from tlsearch.errors import TLSearchError
+from tlsearch.pruners import describe as describe_prune_reason
 from tlsearch.report_png import export_pngs
 from tlsearch.trials_table import fold_scores
 
@@ -103,6 +104,7 @@ def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k
 def _sections(study: optuna.Study, trials: list[FrozenTrial], top_k: int) -> list[_Section]:
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     always = [_build(_failures_section, trials)] if any(t.state == TrialState.FAIL for t in trials) else []
+    always += [_build(_pruned_section, trials)] if any(t.state == TrialState.PRUNED for t in trials) else []
     always += [_build(_timeline_section, study)] if trials else []
     if not complete:
         # Pruned or running trials may already have per-fold intermediate values worth seeing.
@@ -146,6 +148,18 @@ def _failures_section(trials: list[FrozenTrial]) -> _Section:
         body_html=table,
         note=f"{sum(len(f) for f in by_type.values())} failed trial(s).",
     )
+
+
+def _pruned_section(trials: list[FrozenTrial]) -> _Section:
+    """One row per pruned trial: after which fold, and why (its `prune_reason`)."""
+    rows = []
+    for trial in trials:
+        if trial.state == TrialState.PRUNED:
+            reason = trial.user_attrs.get("prune_reason")
+            why = describe_prune_reason(reason) if isinstance(reason, dict) else "—"
+            rows.append([f"#{trial.number}", str(trial.user_attrs.get("n_folds_run", "—")), why])
+    table = _table(["Trial", "Folds run", "Why it was pruned"], rows, "pruned")
+    return _Section(*_SECTION_TITLES[_pruned_section], body_html=table, note=f"{len(rows)} pruned trial(s).")
 
 
 def _timeline_section(study: optuna.Study) -> _Section:
@@ -379,6 +393,7 @@ def _table(head: list[str], rows: list[list[str]], css_class: str) -> str:
 
 _SECTION_TITLES: dict[Callable[..., _Section], tuple[str, str]] = {
     _failures_section: ("failures", "Failures"),
+    _pruned_section: ("pruned", "Pruned trials"),
     _timeline_section: ("timeline", "Timeline"),
     _history_section: ("history", "Optimisation history"),
     _pareto_section: ("pareto-front", "Pareto front"),

@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tlsearch import study_attrs
 from tlsearch.config import DEFAULT_DATABASE
 from tlsearch.errors import TLSearchError
+from tlsearch.pruners import describe as describe_prune_reason
 from tlsearch.stores import Stores
 
 _SPLIT = re.compile(r"^split(\d+)_test_score$")
@@ -64,6 +65,7 @@ _CV_COLUMNS = (
     "mean_score_time",
     "std_score_time",
 )
+_WHY = ("prune_reason", "error")  # why a trial did not complete: last columns, left out when empty
 _STD_OF_FOLDS = ("std_test_score", "std_fit_time", "std_score_time")
 
 
@@ -83,7 +85,7 @@ def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = No
     """`study.trials_dataframe()` led by scikit-learn's cv_results_ columns, in this order: number,
     rank_test_score, mean/std_test_score, mean/std_fit_time, mean/std_score_time, split{k}_test_score,
     n_folds_run, value(s) (`value_{metric}` once the study names its metric), state, datetime_start, datetime_complete, duration, params_* (sorted), the
-    remaining user_attrs_* / system_attrs_*, error. The columns depend only on the study, not on `states` or
+    remaining user_attrs_* / system_attrs_*, prune_reason (one line: why a pruned trial was stopped), error. The columns depend only on the study, not on `states` or
     on which trial has which parameter.
     Ranks count complete trials only (1 = best; ties share the best rank). A pruned trial has NaN for the
     folds it did not run and for its standard deviations (they cover only the folds run)."""
@@ -97,20 +99,19 @@ def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = No
     n_folds = max((len(fold_scores(t)) for t in every), default=0)  # the same columns whatever `states`
     cv = pd.DataFrame(
         [_cv_columns(by_number[n], n_folds) for n in frame["number"]],
-        columns=[*_CV_COLUMNS[1:], *(f"split{k}_test_score" for k in range(n_folds)), "n_folds_run", "error"],
+        columns=[*_CV_COLUMNS[1:], *(f"split{k}_test_score" for k in range(n_folds)), "n_folds_run", *_WHY],
     )
     cv["n_folds_run"] = cv["n_folds_run"].astype("Int64")  # NaN for a trial that failed before a fold ended
     frame = pd.concat([frame, cv], axis=1)
     frame.insert(1, "rank_test_score", _ranks(study, frame))
     frame = frame.drop(columns=[c for c in frame if c.startswith("user_attrs_") and c[11:] in cv.columns])
-    if not frame["error"].notna().any():
-        frame = frame.drop(columns="error")
+    frame = frame.drop(columns=[c for c in _WHY if not frame[c].notna().any()])
     first = ["number", *_CV_COLUMNS, *(f"split{k}_test_score" for k in range(n_folds)), "n_folds_run"]
     values = _value_columns(frame)
     times = [c for c in ("state", "datetime_start", "datetime_complete", "duration") if c in frame]
     params = sorted(c for c in frame if c.startswith("params_"))
-    rest = sorted(c for c in frame if c not in {*first, *values, *times, *params, "error"})
-    order = [*first, *values, *times, *params, *rest, *(["error"] if "error" in frame else [])]
+    rest = sorted(c for c in frame if c not in {*first, *values, *times, *params, *_WHY})
+    order = [*first, *values, *times, *params, *rest, *(c for c in _WHY if c in frame)]
     return frame[order]
 
 
@@ -120,6 +121,8 @@ def _cv_columns(trial: FrozenTrial, n_folds: int) -> list:
     row = [math.nan if pruned and key in _STD_OF_FOLDS else attrs.get(key, math.nan) for key in _CV_COLUMNS[1:]]
     row += [attrs.get(f"split{k}_test_score", math.nan) for k in range(n_folds)]
     row.append(attrs.get("n_folds_run", len(fold_scores(trial)) or math.nan))
+    pruned_why = attrs.get("prune_reason") if pruned else None
+    row.append(describe_prune_reason(pruned_why) if isinstance(pruned_why, dict) else None)
     failed = trial.state == TrialState.FAIL and "error_type" in attrs
     row.append(f"{attrs['error_type']}: {attrs.get('error_message', '')}" if failed else None)
     return row

@@ -23,7 +23,14 @@ def register(subparsers, parent) -> None:
         epilog="example: tlsearch worker --scheduler tls://10.0.0.5:8786 --host 10.0.0.7 --tls-ca-file ca.pem "
         "--tls-cert node.pem --tls-key node.key --gpus all",
     )
-    worker.add_argument("--scheduler", metavar="ADDR", help="scheduler address (default: $TLSEARCH_SCHEDULER)")
+    where = worker.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", metavar="ADDR", help="scheduler address (default: $TLSEARCH_SCHEDULER)")
+    where.add_argument(
+        "--scheduler-file",
+        metavar="PATH",
+        help="JSON file naming the scheduler, as `dask scheduler --scheduler-file PATH` writes it "
+        "(waits up to a minute for it to appear)",
+    )
     worker.add_argument("--gpus", default="all", help="'all' or a comma-separated list of GPU ids (default: all)")
     worker.add_argument(
         "--trials-per-gpu", type=int, default=1, metavar="N", help="trials packed on one GPU (default: 1)"
@@ -47,9 +54,12 @@ def register(subparsers, parent) -> None:
 def _worker(args) -> int:
     from tlsearch import cluster
 
-    scheduler = config.scheduler(args.scheduler)
+    scheduler = config.scheduler(args.scheduler, args.scheduler_file)
     if not scheduler:
-        raise TLSearchError("give the scheduler's address: --scheduler tcp://HOST:8786 (or set TLSEARCH_SCHEDULER)")
+        raise TLSearchError(
+            "give the scheduler's address: --scheduler tcp://HOST:8786 or --scheduler-file PATH "
+            "(or set TLSEARCH_SCHEDULER)"
+        )
     if args.host and args.listen_address:
         raise TLSearchError("give --host or --listen-address, not both")
     security = security_of(args)
@@ -60,7 +70,7 @@ def _worker(args) -> int:
     if not (args.host or args.listen_address) and not cluster.is_loopback(scheduler):
         print(
             "note: the workers listen on 127.0.0.1 only, which a scheduler on another host cannot reach: "
-            "pass --host THIS-HOST (and TLS options, see the README's Security section)"
+            "pass --host THIS-HOST (and TLS options, see docs/guides/security.md)"
         )
     asyncio.run(
         cluster.run_workers(
