@@ -34,12 +34,12 @@ import math
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import optuna
@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from tlsearch import cv  # noqa: E402
 from tlsearch.pruners import KFoldPruner  # noqa: E402
-from tlsearch.study import CustomLoop, KerasModel, SklearnModel, StudySpec  # noqa: E402
+from tlsearch.study import CustomLoop, SklearnModel, StudySpec  # noqa: E402
 
 OLD_PRUNER_COMMIT = "014f684"
 REACH = 0.005  # "within 0.5% of the best known"

@@ -212,8 +212,8 @@ def free_port() -> int:
 @contextlib.contextmanager
 def postgres_server() -> Iterator[str]:
     """A throwaway PostgreSQL cluster (default settings) on a free port; yields its SQLAlchemy URL."""
-    import shutil
     import shlex
+    import shutil
     import subprocess
 
     initdb = shutil.which("initdb") or max(glob.glob("/usr/lib/postgresql/*/bin/initdb"), default=None)

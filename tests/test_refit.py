@@ -11,7 +11,6 @@ import optuna
 import pytest
 
 import tlsearch
-
 from tlsearch import driver, study_attrs
 from tlsearch.errors import TLSearchError
 from tlsearch.refit import UnsafeModelError, load_model, refit
