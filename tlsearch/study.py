@@ -247,6 +247,13 @@ def example_path(name: str) -> Path:
     return shipped[name]
 
 
+def study_file_path(path: str | Path) -> Path:
+    """The file `path` names: `example:NAME` is an example study shipped with tlsearch."""
+    if str(path).startswith(EXAMPLE_PREFIX):
+        return example_path(str(path).removeprefix(EXAMPLE_PREFIX))
+    return Path(path).expanduser()
+
+
 def load_study_file(path: str | Path) -> StudySpec:
     """Import the Python file at `path` (by path, not module name) and return its module variable `spec`
     (`study`, the older name, is accepted too).
@@ -255,9 +262,7 @@ def load_study_file(path: str | Path) -> StudySpec:
     The module is registered for pickling by value with cloudpickle, so the functions it defines can be
     sent to Dask workers that do not have the file.
     """
-    if str(path).startswith(EXAMPLE_PREFIX):
-        path = example_path(str(path).removeprefix(EXAMPLE_PREFIX))
-    path = Path(path).expanduser()
+    path = study_file_path(path)
     if not path.is_file():
         raise StudyFileError(f"study file {str(path)!r} does not exist")
     resolved = path.resolve()

@@ -88,10 +88,11 @@ def _driver_options() -> argparse.ArgumentParser:
 
 
 def _run(args) -> int:
-    from tlsearch.study import load_study_file
+    from tlsearch.study import load_study_file, study_file_path
 
-    spec = load_study_file(args.study_file)
-    return _drive(args, spec, args.name or spec.name, args.study_file, resume=False)
+    study_file = study_file_path(args.study_file)  # `example:NAME` recorded as the shipped file's path
+    spec = load_study_file(study_file)
+    return _drive(args, spec, args.name or spec.name, study_file, resume=False)
 
 
 def _resume(args) -> int:
