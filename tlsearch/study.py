@@ -247,8 +247,8 @@ def example_path(name: str) -> Path:
     return shipped[name]
 
 
-def study_path(path: str | Path) -> Path:
-    """The file a study-file argument names: a path, or `example:NAME` for an example shipped with tlsearch."""
+def study_file_path(path: str | Path) -> Path:
+    """The file `path` names: `example:NAME` is an example study shipped with tlsearch."""
     if str(path).startswith(EXAMPLE_PREFIX):
         return example_path(str(path).removeprefix(EXAMPLE_PREFIX))
     return Path(path).expanduser()
@@ -262,7 +262,7 @@ def load_study_file(path: str | Path) -> StudySpec:
     The module is registered for pickling by value with cloudpickle, so the functions it defines can be
     sent to Dask workers that do not have the file.
     """
-    path = study_path(path)
+    path = study_file_path(path)
     if not path.is_file():
         raise StudyFileError(f"study file {str(path)!r} does not exist")
     resolved = path.resolve()

@@ -65,11 +65,6 @@ def _driver_options() -> argparse.ArgumentParser:
         "(default: $TLSEARCH_SCHEDULER, else a local cluster)",
     )
     where.add_argument(
-        "--scheduler-file",
-        metavar="PATH",
-        help="JSON file naming the scheduler, as `dask scheduler --scheduler-file PATH` writes it",
-    )
-    where.add_argument(
         "--workers", type=int, metavar="N", help="worker processes of the local cluster (default: one per core)"
     )
     parser.add_argument(
@@ -93,9 +88,9 @@ def _driver_options() -> argparse.ArgumentParser:
 
 
 def _run(args) -> int:
-    from tlsearch.study import load_study_file, study_path
+    from tlsearch.study import load_study_file, study_file_path
 
-    study_file = study_path(args.study_file)
+    study_file = study_file_path(args.study_file)  # `example:NAME` recorded as the shipped file's path
     spec = load_study_file(study_file)
     return _drive(args, spec, args.name or spec.name, study_file, resume=False)
 
@@ -118,7 +113,7 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
     result = driver.drive(
         spec,
         stores=stores,
-        scheduler=config.scheduler(args.scheduler, args.scheduler_file),
+        scheduler=config.scheduler(args.scheduler),
         n_workers=args.workers,
         parallelism=args.parallelism,
         n_trials=args.n_trials,
