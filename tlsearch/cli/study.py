@@ -65,6 +65,11 @@ def _driver_options() -> argparse.ArgumentParser:
         "(default: $TLSEARCH_SCHEDULER, else a local cluster)",
     )
     where.add_argument(
+        "--scheduler-file",
+        metavar="PATH",
+        help="JSON file naming the scheduler, as `dask scheduler --scheduler-file PATH` writes it",
+    )
+    where.add_argument(
         "--workers", type=int, metavar="N", help="worker processes of the local cluster (default: one per core)"
     )
     parser.add_argument(
@@ -113,7 +118,7 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
     result = driver.drive(
         spec,
         stores=stores,
-        scheduler=config.scheduler(args.scheduler),
+        scheduler=config.scheduler(args.scheduler, args.scheduler_file),
         n_workers=args.workers,
         parallelism=args.parallelism,
         n_trials=args.n_trials,
