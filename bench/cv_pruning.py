@@ -51,10 +51,17 @@ def space(trial):
 
 
 def run_strategy(make_pruner, seed: int, n_trials: int, n_folds: int, arrays: dict) -> dict:
-    spec = StudySpec(name="bench-cv-pruning", dataset="sklearn:digits", space=space,
-                     model=SklearnModel(make_random_forest), cv=StratifiedKFold(n_folds, shuffle=True, random_state=0),
-                     metric="accuracy", sampler=optuna.samplers.TPESampler(seed=seed), pruner=make_pruner(),
-                     seed=seed)
+    spec = StudySpec(
+        name="bench-cv-pruning",
+        dataset="sklearn:digits",
+        space=space,
+        model=SklearnModel(make_random_forest),
+        cv=StratifiedKFold(n_folds, shuffle=True, random_state=0),
+        metric="accuracy",
+        sampler=optuna.samplers.TPESampler(seed=seed),
+        pruner=make_pruner(),
+        seed=seed,
+    )
     folds = list(spec.cv.split(arrays["X"], arrays["y"]))
     study = spec.create_study()
     started = time.perf_counter()
@@ -91,28 +98,40 @@ def main(argv: list[str] | None = None) -> None:
         for name, array in (("X", X), ("y", y)):
             np.save(Path(folder) / f"{name}.npy", array)
         arrays = {name: np.load(Path(folder) / f"{name}.npy", mmap_mode="r") for name in ("X", "y")}
-        print(f"digits {X.shape}, random forest space, {args.folds}-fold stratified CV, TPE, "
-              f"{n_trials} trials x {len(seeds)} seed(s)", flush=True)
+        print(
+            f"digits {X.shape}, random forest space, {args.folds}-fold stratified CV, TPE, "
+            f"{n_trials} trials x {len(seeds)} seed(s)",
+            flush=True,
+        )
         results: dict[str, list[dict]] = {name: [] for name in STRATEGIES}
         for seed in seeds:
             for name, make_pruner in STRATEGIES.items():
                 result = run_strategy(make_pruner, seed, n_trials, args.folds, arrays)
                 results[name].append(result)
-                print(f"  seed {seed} {name:15} folds {result['folds']:4d}  pruned {result['pruned']:3d}  "
-                      f"wall {result['wall']:6.1f} s  best {result['best']:.4f}", flush=True)
+                print(
+                    f"  seed {seed} {name:15} folds {result['folds']:4d}  pruned {result['pruned']:3d}  "
+                    f"wall {result['wall']:6.1f} s  best {result['best']:.4f}",
+                    flush=True,
+                )
 
     baseline = {key: statistics.mean(r[key] for r in results["no pruning"]) for key in ("folds", "wall", "best")}
     print()
-    print(f"{'strategy':16} {'folds trained':>13} {'vs none':>8} {'wall time':>10} {'vs none':>8} "
-          f"{'best mean CV':>12} {'vs none':>8}")
+    print(
+        f"{'strategy':16} {'folds trained':>13} {'vs none':>8} {'wall time':>10} {'vs none':>8} "
+        f"{'best mean CV':>12} {'vs none':>8}"
+    )
     for name, runs in results.items():
         folds = statistics.mean(r["folds"] for r in runs)
         wall = statistics.mean(r["wall"] for r in runs)
         best = statistics.mean(r["best"] for r in runs)
-        print(f"{name:16} {folds:13.1f} {folds / baseline['folds'] - 1:+8.0%} {wall:9.1f}s "
-              f"{wall / baseline['wall'] - 1:+8.0%} {best:12.4f} {best / baseline['best'] - 1:+8.2%}")
-    print(f"(means over {len(seeds)} seed(s); 'vs none' is relative to no pruning; "
-          f"target: folds <= -40% with best within -1%)")
+        print(
+            f"{name:16} {folds:13.1f} {folds / baseline['folds'] - 1:+8.0%} {wall:9.1f}s "
+            f"{wall / baseline['wall'] - 1:+8.0%} {best:12.4f} {best / baseline['best'] - 1:+8.2%}"
+        )
+    print(
+        f"(means over {len(seeds)} seed(s); 'vs none' is relative to no pruning; "
+        f"target: folds <= -40% with best within -1%)"
+    )
 
 
 if __name__ == "__main__":

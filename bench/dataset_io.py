@@ -151,8 +151,14 @@ def _finish(ready: float, fold: int, arrays: tuple[np.ndarray, ...]) -> dict:
     checksum = float(sum(a.sum(dtype=np.float64) for a in arrays))  # every train and validation row is read
     after = _memory()
     before = _state()["before"]
-    return {"ready": ready, "fold": fold, "checksum": checksum, "pid": os.getpid(), "at": time.time(),
-            **{key: after[key] - before[key] for key in after}}
+    return {
+        "ready": ready,
+        "fold": fold,
+        "checksum": checksum,
+        "pid": os.getpid(),
+        "at": time.time(),
+        **{key: after[key] - before[key] for key in after},
+    }
 
 
 def store_task(ref: str, plan_hash: str, fold: int) -> dict:
@@ -183,8 +189,9 @@ def baseline_task(database: str, file_id, n_splits: int, seed: int, fold: int) -
     started = time.perf_counter()
     client = _state()["client"]
     chunks = client[database]["baseline.chunks"]
-    blob = b"".join(chunk["data"] for chunk in chunks.find({"files_id": file_id}, {"_id": 0, "data": 1})
-                    .sort("n", 1).batch_size(32))
+    blob = b"".join(
+        chunk["data"] for chunk in chunks.find({"files_id": file_id}, {"_id": 0, "data": 1}).sort("n", 1).batch_size(32)
+    )
     data = pickle.loads(blob)
     del blob
     train, validation = list(KFold(n_splits, shuffle=True, random_state=seed).split(data["X"]))[fold]
@@ -196,8 +203,12 @@ def baseline_task(database: str, file_id, n_splits: int, seed: int, fold: int) -
 def run_tasks(kind: str, uri: str, database: str, cache_dir: str, workers: int, submissions: list) -> list[dict]:
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         client.run(warm_up, kind, uri, database, cache_dir)
         futures = [client.submit(function, *arguments, pure=False) for function, arguments in submissions]
         return client.gather(futures)
@@ -256,24 +267,34 @@ def main(argv: list[str] | None = None) -> int:
         X = rng.standard_normal((n_rows, N_FEATURES), dtype=np.float32)
         y = rng.integers(0, 10, n_rows)
         dataset_bytes = X.nbytes + y.nbytes
-        print(f"dataset: {n_rows} rows × {N_FEATURES} float32 features + int64 labels = {dataset_bytes / 2**20:.1f} MiB; "
-              f"{args.trials} trials × {args.folds} folds = {args.trials * args.folds} fold tasks on a Dask "
-              f"LocalCluster of {args.workers} worker processes (one host)", flush=True)
-        print(f"MongoDB: {'the given server' if args.mongo else 'mongo-java-server'} behind a byte-counting proxy "
-              f"on 127.0.0.1:{proxy.port}", flush=True)
+        print(
+            f"dataset: {n_rows} rows × {N_FEATURES} float32 features + int64 labels = {dataset_bytes / 2**20:.1f} MiB; "
+            f"{args.trials} trials × {args.folds} folds = {args.trials * args.folds} fold tasks on a Dask "
+            f"LocalCluster of {args.workers} worker processes (one host)",
+            flush=True,
+        )
+        print(
+            f"MongoDB: {'the given server' if args.mongo else 'mongo-java-server'} behind a byte-counting proxy "
+            f"on 127.0.0.1:{proxy.port}",
+            flush=True,
+        )
 
         # Setup, not measured: each approach stores the dataset its own way.
         direct = MongoClient(uri)
         import gridfs
 
         file_id = gridfs.GridFS(direct[database], collection="baseline").put(
-            pickle.dumps({"X": X, "y": y}, protocol=pickle.HIGHEST_PROTOCOL))
+            pickle.dumps({"X": X, "y": y}, protocol=pickle.HIGHEST_PROTOCOL)
+        )
         setup_store = MongoDatasetStore(uri, database)
         info = setup_store.push("bench", {"X": X, "y": y})
         setup_store.close()
         del X, y
-        submissions_base = [(baseline_task, (database, file_id, args.folds, seed, k))
-                            for _ in range(args.trials) for k in range(args.folds)]
+        submissions_base = [
+            (baseline_task, (database, file_id, args.folds, seed, k))
+            for _ in range(args.trials)
+            for k in range(args.folds)
+        ]
 
         # tlsearch: the driver opens the dataset (the host's one download) and computes the fold plan.
         cache_dir = str(work / "cache")
@@ -294,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         baseline = run_tasks("baseline", proxy.uri(), database, cache_dir, args.workers, submissions_base)
         baseline_bytes = proxy.snapshot() - before
         print("baseline done", flush=True)
-        sums = {(r["fold"], "ours"): r["checksum"] for r in ours} | {(r["fold"], "base"): r["checksum"] for r in baseline}
+        sums = {(r["fold"], "ours"): r["checksum"] for r in ours} | {
+            (r["fold"], "base"): r["checksum"] for r in baseline
+        }
         if not all(np.isclose(sums[k, "ours"], sums[k, "base"], rtol=1e-9) for k in range(args.folds)):
             print("WARNING: the two approaches read different rows")
 
@@ -302,31 +325,50 @@ def main(argv: list[str] | None = None) -> int:
         mb = 1e6
         print()
         print(f"{'':44}{'baseline (pickle per task)':>28}{'tlsearch (store + cache)':>28}{'ratio':>12}")
-        print(f"{'bytes sent by the MongoDB server':44}{baseline_bytes / mb:>25,.1f} MB{ours_bytes / mb:>25,.1f} MB"
-              f"{baseline_bytes / max(ours_bytes, 1):>11.1f}×")
-        print(f"{'time to fold arrays, median per fold':44}{s_base['median'] * 1e3:>25,.1f} ms{s_ours['median'] * 1e3:>25,.2f} ms"
-              f"{s_base['median'] / s_ours['median']:>11.0f}×")
+        print(
+            f"{'bytes sent by the MongoDB server':44}{baseline_bytes / mb:>25,.1f} MB{ours_bytes / mb:>25,.1f} MB"
+            f"{baseline_bytes / max(ours_bytes, 1):>11.1f}×"
+        )
+        print(
+            f"{'time to fold arrays, median per fold':44}{s_base['median'] * 1e3:>25,.1f} ms{s_ours['median'] * 1e3:>25,.2f} ms"
+            f"{s_base['median'] / s_ours['median']:>11.0f}×"
+        )
         cold = sorted(r["cold"] for r in ours)
-        print(f"{'  cold open per task instead (see --help)':44}{'':>28}{statistics.median(cold) * 1e3:>25,.2f} ms"
-              f"{s_base['median'] / statistics.median(cold):>11.0f}×")
-        print(f"{'  p90 / max':44}{s_base['p90'] * 1e3:>13,.1f} / {s_base['max'] * 1e3:>8,.1f} ms"
-              f"{s_ours['p90'] * 1e3:>13,.2f} / {s_ours['max'] * 1e3:>8,.1f} ms")
-        for key, label in (("uss", "workers' combined USS for the data"), ("anon", "  of which anonymous (heap)"),
-                           ("pss", "  PSS (shared pages split)")):
+        print(
+            f"{'  cold open per task instead (see --help)':44}{'':>28}{statistics.median(cold) * 1e3:>25,.2f} ms"
+            f"{s_base['median'] / statistics.median(cold):>11.0f}×"
+        )
+        print(
+            f"{'  p90 / max':44}{s_base['p90'] * 1e3:>13,.1f} / {s_base['max'] * 1e3:>8,.1f} ms"
+            f"{s_ours['p90'] * 1e3:>13,.2f} / {s_ours['max'] * 1e3:>8,.1f} ms"
+        )
+        for key, label in (
+            ("uss", "workers' combined USS for the data"),
+            ("anon", "  of which anonymous (heap)"),
+            ("pss", "  PSS (shared pages split)"),
+        ):
             for which in ("median", "peak"):
                 b, o = s_base[f"{key}_{which}"], s_ours[f"{key}_{which}"]
-                print(f"{label + f', {which}':44}{b / 2**20:>16,.1f} MiB ({b / dataset_bytes:4.2f}×)"
-                      f"{o / 2**20:>16,.1f} MiB ({o / dataset_bytes:4.2f}×)")
+                print(
+                    f"{label + f', {which}':44}{b / 2**20:>16,.1f} MiB ({b / dataset_bytes:4.2f}×)"
+                    f"{o / 2**20:>16,.1f} MiB ({o / dataset_bytes:4.2f}×)"
+                )
         print()
-        print(f"one-time, per host: download + verify {download_seconds:.2f} s; fold layout for all "
-              f"{args.folds} folds: {layout_bytes / 2**20:.0f} MiB on disk, shared by all processes")
-        first = sorted(r["ready"] for r in ours)[-args.workers:]
-        print(f"slowest tlsearch tasks (first fold on each worker: layout or its wait): "
-              f"{', '.join(f'{t:.2f} s' for t in first)}")
-        targets = [("server bytes ≥ 50× fewer", baseline_bytes / max(ours_bytes, 1) >= 50),
-                   ("time to fold data ≤ 1/100", s_ours["median"] * 100 <= s_base["median"]),
-                   ("combined USS ≤ 1.3× dataset (median)", s_ours["uss_median"] <= 1.3 * dataset_bytes),
-                   ("combined USS ≤ 1.3× dataset (peak)", s_ours["uss_peak"] <= 1.3 * dataset_bytes)]
+        print(
+            f"one-time, per host: download + verify {download_seconds:.2f} s; fold layout for all "
+            f"{args.folds} folds: {layout_bytes / 2**20:.0f} MiB on disk, shared by all processes"
+        )
+        first = sorted(r["ready"] for r in ours)[-args.workers :]
+        print(
+            f"slowest tlsearch tasks (first fold on each worker: layout or its wait): "
+            f"{', '.join(f'{t:.2f} s' for t in first)}"
+        )
+        targets = [
+            ("server bytes ≥ 50× fewer", baseline_bytes / max(ours_bytes, 1) >= 50),
+            ("time to fold data ≤ 1/100", s_ours["median"] * 100 <= s_base["median"]),
+            ("combined USS ≤ 1.3× dataset (median)", s_ours["uss_median"] <= 1.3 * dataset_bytes),
+            ("combined USS ≤ 1.3× dataset (peak)", s_ours["uss_peak"] <= 1.3 * dataset_bytes),
+        ]
         print("targets: " + "; ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in targets))
         direct.drop_database(database)
         direct.close()

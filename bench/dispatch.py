@@ -35,7 +35,7 @@ import psutil
 import pymongo
 
 import tlsearch
-from tlsearch import cluster, runner
+from tlsearch import cluster, driver
 from tlsearch.stores import Stores
 
 FOLDS, FOLD_SECONDS = 5, 0.2
@@ -51,15 +51,25 @@ def sleepy_fold(params, fold, report):
 
 
 def spec(name: str, n_trials: int):
-    return tlsearch.StudySpec(name=name, dataset="sklearn:iris", space=space,
-                              model=tlsearch.CustomLoop(sleepy_fold), cv=FOLDS, direction="maximize",
-                              n_trials=n_trials, sampler=optuna.samplers.RandomSampler(seed=0),
-                              pruner=optuna.pruners.NopPruner())
+    return tlsearch.StudySpec(
+        name=name,
+        dataset="sklearn:iris",
+        space=space,
+        model=tlsearch.CustomLoop(sleepy_fold),
+        cv=FOLDS,
+        direction="maximize",
+        n_trials=n_trials,
+        sampler=optuna.samplers.RandomSampler(seed=0),
+        pruner=optuna.pruners.NopPruner(),
+    )
 
 
 def overhead_per_trial(study: optuna.Study) -> float:
-    durations = [t.duration.total_seconds() for t in study.get_trials(deepcopy=False)
-                 if t.state == optuna.trial.TrialState.COMPLETE]
+    durations = [
+        t.duration.total_seconds()
+        for t in study.get_trials(deepcopy=False)
+        if t.state == optuna.trial.TrialState.COMPLETE
+    ]
     return statistics.median(durations) - FOLDS * FOLD_SECONDS
 
 
@@ -76,13 +86,13 @@ def tree_cpu() -> float:
     return total
 
 
-def run_ours(width: int, n_trials: int, stores: Stores, client: distributed.Client,
-             tag: str) -> tuple[float, float, float, float]:
+def run_ours(
+    width: int, n_trials: int, stores: Stores, client: distributed.Client, tag: str
+) -> tuple[float, float, float, float]:
     """Wall time, per-trial overhead, the one-time study set-up (open the study, the dataset and its fold plan,
     register the worker plugins, scatter the study definition) before the first trial starts, CPU per trial."""
     started, started_at, cpu = time.perf_counter(), datetime.datetime.now(), tree_cpu()
-    study = runner.run(spec(f"ours-{width}-{tag}", n_trials), stores=stores, client=client,
-                       progress="off")
+    study = driver.run(spec(f"ours-{width}-{tag}", n_trials), stores=stores, client=client, progress="off")
     wall, cpu = time.perf_counter() - started, tree_cpu() - cpu
     setup = (min(t.datetime_start for t in study.trials) - started_at).total_seconds()
     return wall, overhead_per_trial(study), setup, cpu / n_trials
@@ -94,8 +104,9 @@ def by_hand_trial(journal: str, study_name: str, trial_number: int, seed: int) -
     from sklearn.model_selection import StratifiedKFold
 
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal))
-    study = optuna.load_study(study_name=study_name, storage=storage,
-                              sampler=optuna.samplers.RandomSampler(seed=seed + trial_number))
+    study = optuna.load_study(
+        study_name=study_name, storage=storage, sampler=optuna.samplers.RandomSampler(seed=seed + trial_number)
+    )
     trial_id = next(t._trial_id for t in study.get_trials(deepcopy=False) if t.number == trial_number)
     trial = optuna.Trial(study, trial_id)
     params = space(trial)
@@ -108,8 +119,9 @@ def by_hand_trial(journal: str, study_name: str, trial_number: int, seed: int) -
     return float(np.mean(scores))
 
 
-def run_by_hand(width: int, n_trials: int, home: Path, client: distributed.Client,
-                tag: str) -> tuple[float, float, float]:
+def run_by_hand(
+    width: int, n_trials: int, home: Path, client: distributed.Client, tag: str
+) -> tuple[float, float, float]:
     """The hand-written Optuna + Dask loop on `client`: wall time, per-trial overhead, CPU per trial."""
     journal = str(home / "by-hand.journal")
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal))
@@ -152,8 +164,12 @@ def run_optuna(width: int, n_trials: int, home: Path, tag: str) -> tuple[float, 
             trial.report(float(np.mean(scores)), k)
         return float(np.mean(scores))
 
-    study = optuna.create_study(study_name=f"optuna-{width}-{tag}", storage=storage, direction="maximize",
-                                sampler=optuna.samplers.RandomSampler(seed=0))
+    study = optuna.create_study(
+        study_name=f"optuna-{width}-{tag}",
+        storage=storage,
+        direction="maximize",
+        sampler=optuna.samplers.RandomSampler(seed=0),
+    )
     started = time.perf_counter()
     study.optimize(objective, n_trials=n_trials, n_jobs=width)
     return time.perf_counter() - started, overhead_per_trial(study)
@@ -185,10 +201,17 @@ def main() -> None:
         for width in widths:
             n_trials = args.trials_per_worker * width
             ideal = n_trials / width * FOLDS * FOLD_SECONDS
-            with dask.config.set(cluster.LOCAL_CLUSTER_CONFIG), \
-                    distributed.LocalCluster(n_workers=width, threads_per_worker=1, processes=True,
-                                             dashboard_address=None, silence_logs=logging.ERROR) as local_cluster, \
-                    distributed.Client(local_cluster) as client:
+            with (
+                dask.config.set(cluster.LOCAL_CLUSTER_CONFIG),
+                distributed.LocalCluster(
+                    n_workers=width,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=logging.ERROR,
+                ) as local_cluster,
+                distributed.Client(local_cluster) as client,
+            ):
                 for kind in kinds:  # a first run imports on every worker, like a long-lived cluster
                     run_ours(width, width, stores[kind], client, f"{kind}-warmup")
                 run_by_hand(width, width, home, client, "warmup")
@@ -203,23 +226,59 @@ def main() -> None:
             threads_wall, _ = (statistics.median(x) for x in zip(*threads))
             for kind in kinds:
                 wall, over, setup, cpu = medians[kind]
-                rows.append((width, n_trials, kind, n_trials / wall, ideal / wall, over, cpu, setup,
-                             n_trials / hand_wall, ideal / hand_wall, hand_over, hand_cpu, n_trials / threads_wall))
+                rows.append(
+                    (
+                        width,
+                        n_trials,
+                        kind,
+                        n_trials / wall,
+                        ideal / wall,
+                        over,
+                        cpu,
+                        setup,
+                        n_trials / hand_wall,
+                        ideal / hand_wall,
+                        hand_over,
+                        hand_cpu,
+                        n_trials / threads_wall,
+                    )
+                )
             print(f"width {width}: done", flush=True)
 
-    print(f"\n{FOLDS} folds x {FOLD_SECONDS} s per trial; medians of {args.repeats} runs; the hand-written loop "
-          f"on a journal file; machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
-    print(f"{'workers':>7} {'trials':>6} {'store':>8} | {'tlsearch/s':>10} {'vs ideal':>8} {'per-trial':>9} "
-          f"{'CPU/trial':>9} {'set-up':>7} | {'by hand/s':>9} {'vs ideal':>8} {'per-trial':>9} {'CPU/trial':>9} | "
-          f"{'ours/hand':>9} | {'n_jobs/s':>8}")
-    for (width, n, kind, ours, ours_ratio, ours_over, ours_cpu, setup, hand, hand_ratio, hand_over, hand_cpu,
-         threads) in rows:
-        print(f"{width:>7} {n:>6} {kind:>8} | {ours:>10.2f} {ours_ratio:>8.2f} {ours_over * 1000:>7.0f}ms "
-              f"{ours_cpu * 1000:>7.0f}ms {setup:>6.2f}s | {hand:>9.2f} {hand_ratio:>8.2f} {hand_over * 1000:>7.0f}ms "
-              f"{hand_cpu * 1000:>7.0f}ms | {ours / hand:>9.2f} | {threads:>8.2f}")
-    print("per-trial: median trial duration minus its 1 s of folds; CPU/trial: driver + scheduler + workers; set-up:"
-          " once per study run, before the first trial starts; n_jobs: Optuna's threads in one process (reference)."
-          "\ntargets: CPU/trial <= 20 ms, vs ideal >= 0.9 at 8 workers, ours/hand >= 0.95 at every width")
+    print(
+        f"\n{FOLDS} folds x {FOLD_SECONDS} s per trial; medians of {args.repeats} runs; the hand-written loop "
+        f"on a journal file; machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'workers':>7} {'trials':>6} {'store':>8} | {'tlsearch/s':>10} {'vs ideal':>8} {'per-trial':>9} "
+        f"{'CPU/trial':>9} {'set-up':>7} | {'by hand/s':>9} {'vs ideal':>8} {'per-trial':>9} {'CPU/trial':>9} | "
+        f"{'ours/hand':>9} | {'n_jobs/s':>8}"
+    )
+    for (
+        width,
+        n,
+        kind,
+        ours,
+        ours_ratio,
+        ours_over,
+        ours_cpu,
+        setup,
+        hand,
+        hand_ratio,
+        hand_over,
+        hand_cpu,
+        threads,
+    ) in rows:
+        print(
+            f"{width:>7} {n:>6} {kind:>8} | {ours:>10.2f} {ours_ratio:>8.2f} {ours_over * 1000:>7.0f}ms "
+            f"{ours_cpu * 1000:>7.0f}ms {setup:>6.2f}s | {hand:>9.2f} {hand_ratio:>8.2f} {hand_over * 1000:>7.0f}ms "
+            f"{hand_cpu * 1000:>7.0f}ms | {ours / hand:>9.2f} | {threads:>8.2f}"
+        )
+    print(
+        "per-trial: median trial duration minus its 1 s of folds; CPU/trial: driver + scheduler + workers; set-up:"
+        " once per study run, before the first trial starts; n_jobs: Optuna's threads in one process (reference)."
+        "\ntargets: CPU/trial <= 20 ms, vs ideal >= 0.9 at 8 workers, ours/hand >= 0.95 at every width"
+    )
 
 
 if __name__ == "__main__":

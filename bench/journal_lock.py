@@ -44,11 +44,17 @@ def run(kind: str, processes: int, writes: int) -> list[float]:
     """Every write latency (ms) of `processes` concurrent writers using `kind`'s lock."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "studies.journal")
-        optuna.create_study(study_name="shared", storage=optuna.storages.JournalStorage(
-            optuna.storages.journal.JournalFileBackend(path)))
+        optuna.create_study(
+            study_name="shared",
+            storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(path)),
+        )
         start = time.time() + 2 + processes * 0.25  # after every process has imported Optuna
-        writers = [subprocess.Popen([sys.executable, "-c", WRITER, path, kind, str(start), str(writes)],
-                                    stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+        writers = [
+            subprocess.Popen(
+                [sys.executable, "-c", WRITER, path, kind, str(start), str(writes)], stdout=subprocess.PIPE, text=True
+            )
+            for _ in range(processes)
+        ]
         outputs = [writer.communicate()[0] for writer in writers]
         if any(writer.returncode for writer in writers):
             raise RuntimeError(f"a {kind} writer failed")

@@ -26,8 +26,14 @@ def code_lines(path: Path) -> int:
     """Lines holding at least one token that is not a comment (so blank and comment-only lines don't count)."""
     lines = set()
     for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
-        if token.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
-                              tokenize.DEDENT, tokenize.ENDMARKER):
+        if token.type not in (
+            tokenize.COMMENT,
+            tokenize.NL,
+            tokenize.NEWLINE,
+            tokenize.INDENT,
+            tokenize.DEDENT,
+            tokenize.ENDMARKER,
+        ):
             lines.update(range(token.start[0], token.end[0] + 1))
     return len(lines)
 
@@ -57,11 +63,40 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        ours_time, ours_last = run([sys.executable, "-m", "tlsearch", "run", str(OURS), "--home", str(tmp / "home"),
-                                    "--n-trials", str(args.n_trials), "--workers", str(args.workers),
-                                    "--progress", "log", "--no-report", "--name", "loc-bench"], tmp)
-        base_time, base_last = run([sys.executable, str(BASELINE), "--n-trials", str(args.n_trials),
-                                    "--workers", str(args.workers), "--journal", str(tmp / "baseline.journal")], tmp)
+        ours_time, ours_last = run(
+            [
+                sys.executable,
+                "-m",
+                "tlsearch",
+                "run",
+                str(OURS),
+                "--home",
+                str(tmp / "home"),
+                "--n-trials",
+                str(args.n_trials),
+                "--workers",
+                str(args.workers),
+                "--progress",
+                "log",
+                "--no-report",
+                "--name",
+                "loc-bench",
+            ],
+            tmp,
+        )
+        base_time, base_last = run(
+            [
+                sys.executable,
+                str(BASELINE),
+                "--n-trials",
+                str(args.n_trials),
+                "--workers",
+                str(args.workers),
+                "--journal",
+                str(tmp / "baseline.journal"),
+            ],
+            tmp,
+        )
     print(f"\nboth run {args.n_trials} trials on {args.workers} workers:")
     print(f"  tlsearch  {ours_time:6.0f} s   {ours_last}")
     print(f"  baseline  {base_time:6.0f} s   {base_last}")

@@ -41,8 +41,13 @@ from optuna.storages import BaseStorage
 from pymongo.monitoring import CommandListener
 
 KINDS = ("mongo", "postgres", "grpc", "sqlite", "journal")
-LABELS = {"mongo": "MongoStorage", "postgres": "RDBStorage(PostgreSQL)", "grpc": "GrpcStorageProxy(PostgreSQL)",
-          "sqlite": "RDBStorage(SQLite)", "journal": "JournalStorage(file)"}
+LABELS = {
+    "mongo": "MongoStorage",
+    "postgres": "RDBStorage(PostgreSQL)",
+    "grpc": "GrpcStorageProxy(PostgreSQL)",
+    "sqlite": "RDBStorage(SQLite)",
+    "journal": "JournalStorage(file)",
+}
 
 
 def objective(trial: optuna.Trial) -> float:
@@ -97,7 +102,8 @@ def open_storage(kind: str, where: str, database: str, counter: CommandCounter |
 def _worker(kind: str, where: str, database: str, study_name: str, n_trials: int, seed: int, barrier) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(
-        study_name=study_name, storage=open_storage(kind, where, database),
+        study_name=study_name,
+        storage=open_storage(kind, where, database),
         sampler=optuna.samplers.TPESampler(seed=seed),
     )
     barrier.wait()
@@ -173,7 +179,9 @@ def storage_cost(
     if isinstance(inner, optuna.storages.RDBStorage):
         inner = optuna.storages._CachedStorage(inner)  # what Optuna itself wraps an RDBStorage in
     storage = TimedStorage(inner)
-    study = optuna.create_study(study_name=f"{database}-cost", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
+    study = optuna.create_study(
+        study_name=f"{database}-cost", storage=storage, sampler=optuna.samplers.RandomSampler(seed=0)
+    )
     if counter:
         counter.commands = 0
     per_trial: list[float] = []
@@ -204,14 +212,15 @@ def free_port() -> int:
 @contextlib.contextmanager
 def postgres_server() -> Iterator[str]:
     """A throwaway PostgreSQL cluster (default settings) on a free port; yields its SQLAlchemy URL."""
-    import shutil
     import shlex
+    import shutil
     import subprocess
 
     initdb = shutil.which("initdb") or max(glob.glob("/usr/lib/postgresql/*/bin/initdb"), default=None)
     if initdb is None:
-        raise SystemExit("PostgreSQL's initdb not found: apt-get install -y postgresql (or drop postgres,grpc "
-                         "from --kinds)")
+        raise SystemExit(
+            "PostgreSQL's initdb not found: apt-get install -y postgresql (or drop postgres,grpc from --kinds)"
+        )
     bin_dir, folder, port = Path(initdb).parent, Path(tempfile.mkdtemp(prefix="tlsearch-pg-")), free_port()
     as_root = os.geteuid() == 0  # PostgreSQL refuses to run as root: run it as nobody
     if as_root:
@@ -225,8 +234,17 @@ def postgres_server() -> Iterator[str]:
 
     data = str(folder / "data")
     pg("initdb", "-D", data, "-A", "trust", "-U", "postgres")
-    pg("pg_ctl", "-D", data, "-l", str(folder / "log"), "-w", "-o",
-       f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections=200", "start")
+    pg(
+        "pg_ctl",
+        "-D",
+        data,
+        "-l",
+        str(folder / "log"),
+        "-w",
+        "-o",
+        f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections=200",
+        "start",
+    )
     try:
         yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
     finally:
@@ -241,9 +259,11 @@ def grpc_proxy(storage_url: str) -> Iterator[str]:
     import subprocess
 
     port = free_port()
-    code = ("import optuna; optuna.logging.set_verbosity(optuna.logging.WARNING); "
-            f"optuna.storages.run_grpc_proxy_server(optuna.storages.RDBStorage({storage_url!r}), "
-            f"host='127.0.0.1', port={port})")
+    code = (
+        "import optuna; optuna.logging.set_verbosity(optuna.logging.WARNING); "
+        f"optuna.storages.run_grpc_proxy_server(optuna.storages.RDBStorage({storage_url!r}), "
+        f"host='127.0.0.1', port={port})"
+    )
     server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for _ in range(600):
@@ -267,7 +287,7 @@ def run(places: dict[str, str], args: argparse.Namespace) -> dict[tuple[str, str
     for kind in kinds:
         warm_up(kind, places[kind], args.warmup if kind == "mongo" else args.warmup // 10)
     for repeat in range(args.repeat):
-        for kind in kinds[repeat % len(kinds):] + kinds[: repeat % len(kinds)]:
+        for kind in kinds[repeat % len(kinds) :] + kinds[: repeat % len(kinds)]:
             where = places[kind]
             database = f"bench_{os.getpid()}_{repeat}_{kind}"  # postgres and grpc share one database
             for width in args.widths:
@@ -345,8 +365,10 @@ def print_table(figures: dict[tuple[str, str], float], args: argparse.Namespace)
     n, c, e, kinds = args.tpe_trials, args.cost_trials, args.edge, args.kinds
     rows = [(f"TPE, {n} trials, {w} process{'es' if w > 1 else ''} (trials/s)", f"tpe{w}", True) for w in args.widths]
     if args.cost:
-        rows += [(f"random, storage ms/trial, first {e} of {c}", "first", False),
-                 (f"random, storage ms/trial, last {e} of {c}", "last", False)]
+        rows += [
+            (f"random, storage ms/trial, first {e} of {c}", "first", False),
+            (f"random, storage ms/trial, last {e} of {c}", "last", False),
+        ]
     header = ["", *(LABELS[kind] for kind in kinds)]
     lines = [header, ["---", *["---:"] * len(kinds)]]
     for label, key, higher_is_better in rows:
@@ -370,8 +392,10 @@ def print_table(figures: dict[tuple[str, str], float], args: argparse.Namespace)
             trips += f", random sampler {figures[('mongo', 'trips_random')]:.1f}"
         print(f"\nMongoStorage round trips per trial (independent of the machine): {trips}.")
         pymongo_us, bare_us = figures["ping_pymongo"], figures.get("ping_bare")
-        print(f"A ping to the server: {pymongo_us:.0f} µs through pymongo"
-              + (f", {bare_us:.0f} µs as a bare wire-protocol round trip." if bare_us else "."))
+        print(
+            f"A ping to the server: {pymongo_us:.0f} µs through pymongo"
+            + (f", {bare_us:.0f} µs as a bare wire-protocol round trip." if bare_us else ".")
+        )
     print(
         "(×N: MongoStorage is N times better than that storage: throughput MongoStorage/other,"
         " cost other/MongoStorage; targets: ×5 against PostgreSQL and the gRPC proxy at every width, ×5 against"
@@ -387,8 +411,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="repeat the whole run N times and report medians")
     parser.add_argument("--widths", default="1,4,16", help="processes for the TPE runs (default 1,4,16)")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"storages to measure (default {','.join(KINDS)})")
-    parser.add_argument("--no-cost", dest="cost", action="store_false",
-                        help="skip the storage-cost rows (random sampler, first and last trials of a long study)")
+    parser.add_argument(
+        "--no-cost",
+        dest="cost",
+        action="store_false",
+        help="skip the storage-cost rows (random sampler, first and last trials of a long study)",
+    )
     args = parser.parse_args(argv)
     sizes = (100, 500, 50, 1000) if args.quick else (500, 2000, 100, 3000)
     args.tpe_trials, args.cost_trials, args.edge, args.warmup = sizes

@@ -1,7 +1,7 @@
 """A small convolutional network: blocks of convolution + pooling, then dropout and a dense head.
 
-    params = cnn(trial)     # {"filters": [16, 32], "kernel_size": 3, "pooling": "max", "dropout": 0.3, ...}
-    model = make_cnn(params, input_shape, n_classes, image_shape=(8, 8, 1))
+params = cnn(trial)     # {"filters": [16, 32], "kernel_size": 3, "pooling": "max", "dropout": 0.3, ...}
+model = make_cnn(params, input_shape, n_classes, image_shape=(8, 8, 1))
 """
 
 from __future__ import annotations
@@ -12,8 +12,14 @@ from typing import Any
 from tlsearch.spaces import scoped
 
 
-def cnn(trial: Any, prefix: str | None = "cnn", *, max_blocks: int = 3, filters: tuple[int, int] = (8, 64),
-        max_dropout: float = 0.5) -> dict:
+def cnn(
+    trial: Any,
+    prefix: str | None = "cnn",
+    *,
+    max_blocks: int = 3,
+    filters: tuple[int, int] = (8, 64),
+    max_dropout: float = 0.5,
+) -> dict:
     """Sample a CNN: n_blocks in 1..max_blocks, filters per block (log-uniform), kernel size 3 or 5,
     max or average pooling, a dropout rate and the width of the dense layer before the output."""
     trial = scoped(trial, prefix)
@@ -27,8 +33,14 @@ def cnn(trial: Any, prefix: str | None = "cnn", *, max_blocks: int = 3, filters:
     }
 
 
-def make_cnn(params: dict, input_shape: tuple[int, ...], n_classes: int | None, *,
-             image_shape: tuple[int, int, int] | None = None, rescale: float | None = None) -> Any:
+def make_cnn(
+    params: dict,
+    input_shape: tuple[int, ...],
+    n_classes: int | None,
+    *,
+    image_shape: tuple[int, int, int] | None = None,
+    rescale: float | None = None,
+) -> Any:
     """An uncompiled keras.Model for a dict sampled by `cnn`. Flat rows are reshaped to `image_shape`
     (height, width, channels) first; pooling stops once the image is 1 pixel wide, so deep nets fit small images."""
     import keras

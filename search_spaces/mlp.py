@@ -1,7 +1,7 @@
 """A multi-layer perceptron: depth, width of each layer, dropout, activation, batch normalisation.
 
-    params = mlp(trial)     # {"units": [128, 32], "dropout": 0.2, "activation": "relu", "batch_norm": False}
-    model = make_mlp(params, input_shape, n_classes)
+params = mlp(trial)     # {"units": [128, 32], "dropout": 0.2, "activation": "relu", "batch_norm": False}
+model = make_mlp(params, input_shape, n_classes)
 """
 
 from __future__ import annotations
@@ -11,8 +11,15 @@ from typing import Any
 from tlsearch.spaces import scoped
 
 
-def mlp(trial: Any, prefix: str | None = "mlp", *, max_layers: int = 3, units: tuple[int, int] = (16, 256),
-        max_dropout: float = 0.5, activations: tuple[str, ...] = ("relu", "gelu", "tanh")) -> dict:
+def mlp(
+    trial: Any,
+    prefix: str | None = "mlp",
+    *,
+    max_layers: int = 3,
+    units: tuple[int, int] = (16, 256),
+    max_dropout: float = 0.5,
+    activations: tuple[str, ...] = ("relu", "gelu", "tanh"),
+) -> dict:
     """Sample an MLP: n_layers in 1..max_layers, then units per layer (log-uniform), one dropout rate,
     activation and whether to batch-normalise."""
     trial = scoped(trial, prefix)
@@ -25,8 +32,7 @@ def mlp(trial: Any, prefix: str | None = "mlp", *, max_layers: int = 3, units: t
     }
 
 
-def make_mlp(params: dict, input_shape: tuple[int, ...], n_classes: int | None, *,
-             rescale: float | None = None) -> Any:
+def make_mlp(params: dict, input_shape: tuple[int, ...], n_classes: int | None, *, rescale: float | None = None) -> Any:
     """An uncompiled keras.Model for a dict sampled by `mlp`: softmax over n_classes outputs, or one linear
     output for regression (n_classes None). `rescale` multiplies the inputs first (e.g. 1/255 for pixels)."""
     import keras

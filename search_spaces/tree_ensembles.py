@@ -1,7 +1,7 @@
 """scikit-learn tree ensembles: random forests and histogram gradient boosting.
 
-    params = random_forest(trial)       # {"n_estimators": 120, "max_depth": 14, ...}
-    estimator = make_random_forest(params)
+params = random_forest(trial)       # {"n_estimators": 120, "max_depth": 14, ...}
+estimator = make_random_forest(params)
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from typing import Any
 from tlsearch.spaces import scoped
 
 
-def random_forest(trial: Any, prefix: str | None = "random_forest", *,
-                  n_estimators: tuple[int, int] = (20, 300)) -> dict:
+def random_forest(
+    trial: Any, prefix: str | None = "random_forest", *, n_estimators: tuple[int, int] = (20, 300)
+) -> dict:
     """Sample a random forest: n_estimators and max_depth (log-uniform), max_features, min_samples_leaf,
     and whether to bootstrap."""
     trial = scoped(trial, prefix)
@@ -25,8 +26,9 @@ def random_forest(trial: Any, prefix: str | None = "random_forest", *,
     }
 
 
-def make_random_forest(params: dict, *, task: str = "classification", random_state: int = 0,
-                       n_jobs: int | None = 1) -> Any:
+def make_random_forest(
+    params: dict, *, task: str = "classification", random_state: int = 0, n_jobs: int | None = 1
+) -> Any:
     """A RandomForestClassifier (or Regressor for task="regression") for a dict sampled by `random_forest`."""
     from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
@@ -34,8 +36,9 @@ def make_random_forest(params: dict, *, task: str = "classification", random_sta
     return estimator(random_state=random_state, n_jobs=n_jobs, **params)
 
 
-def gradient_boosting(trial: Any, prefix: str | None = "gradient_boosting", *,
-                      max_iter: tuple[int, int] = (50, 500)) -> dict:
+def gradient_boosting(
+    trial: Any, prefix: str | None = "gradient_boosting", *, max_iter: tuple[int, int] = (50, 500)
+) -> dict:
     """Sample histogram gradient boosting: learning_rate, max_iter, max_leaf_nodes, min_samples_leaf and
     l2_regularization (log-uniform), max_features."""
     trial = scoped(trial, prefix)

@@ -1,4 +1,5 @@
 """Digits (8x8 images as 64 features, 10 classes) with a Keras MLP: the demo study, 12 trials of 3-fold CV."""
+
 import tlsearch
 from search_spaces.mlp import make_mlp, mlp
 from search_spaces.optimizers import compile_model, optimizer
@@ -13,7 +14,7 @@ def build(params, input_shape, n_classes):
     return compile_model(model, params["optimizer"], n_classes)
 
 
-study = tlsearch.StudySpec(
+spec = tlsearch.StudySpec(
     name="digits-mlp",
     dataset="sklearn:digits",
     space=space,

@@ -1,4 +1,5 @@
 """Digits as 8x8 grey-scale images (scikit-learn's digits reshaped to 8x8x1) with a small Keras CNN, 3-fold CV."""
+
 import tlsearch
 from search_spaces.cnn import cnn, make_cnn
 from search_spaces.optimizers import compile_model, optimizer
@@ -13,7 +14,7 @@ def build(params, input_shape, n_classes):
     return compile_model(model, params["optimizer"], n_classes)
 
 
-study = tlsearch.StudySpec(
+spec = tlsearch.StudySpec(
     name="digits-cnn",
     dataset="sklearn:digits",
     space=space,

@@ -198,7 +198,8 @@ def test_reader_fetches_chunks_in_bounded_batches(mongo_uri, mongo_db_name, monk
         def started(self, event):
             command = event.command
             if command.get("find") == "artifacts.chunks" or (
-                    event.command_name == "getMore" and command.get("collection") == "artifacts.chunks"):
+                event.command_name == "getMore" and command.get("collection") == "artifacts.chunks"
+            ):
                 self.batch_sizes.append(command.get("batchSize"))
 
         def succeeded(self, event):

@@ -7,7 +7,7 @@ import optuna
 import pytest
 
 import tlsearch
-from tlsearch import runner
+from tlsearch import driver
 from tlsearch.stores import Stores
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -24,11 +24,20 @@ def test_mlflow_callback_logs_each_trial_with_params_and_fold_scores(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     seen = []
     spec = tlsearch.StudySpec(
-        name="tracked", dataset="sklearn:iris", space=lambda t: {"x": t.suggest_float("x", 0, 1)},
-        model=tlsearch.CustomLoop(_fit), cv=3, metric="accuracy", direction="maximize", n_trials=3,
-        callbacks=[MLflowCallback(tracking_uri=uri, metric_name="mean_test_accuracy"),
-                   lambda study, trial: seen.append((trial.number, trial.user_attrs.get("split2_test_score")))])
-    study = runner.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
+        name="tracked",
+        dataset="sklearn:iris",
+        space=lambda t: {"x": t.suggest_float("x", 0, 1)},
+        model=tlsearch.CustomLoop(_fit),
+        cv=3,
+        metric="accuracy",
+        direction="maximize",
+        n_trials=3,
+        callbacks=[
+            MLflowCallback(tracking_uri=uri, metric_name="mean_test_accuracy"),
+            lambda study, trial: seen.append((trial.number, trial.user_attrs.get("split2_test_score"))),
+        ],
+    )
+    study = driver.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
 
     assert sorted(n for n, _ in seen) == [0, 1, 2] and all(score is not None for _, score in seen)
     client = mlflow.tracking.MlflowClient(tracking_uri=uri)
@@ -49,10 +58,17 @@ def test_a_failing_callback_is_reported_and_the_study_goes_on(tmp_path, caplog):
         raise ConnectionError("tracking server down")
 
     spec = tlsearch.StudySpec(
-        name="broken-callback", dataset="sklearn:iris", space=lambda t: {"x": t.suggest_float("x", 0, 1)},
-        model=tlsearch.CustomLoop(_fit), cv=2, metric="accuracy", direction="maximize", n_trials=2,
-        callbacks=[broken])
-    study = runner.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
+        name="broken-callback",
+        dataset="sklearn:iris",
+        space=lambda t: {"x": t.suggest_float("x", 0, 1)},
+        model=tlsearch.CustomLoop(_fit),
+        cv=2,
+        metric="accuracy",
+        direction="maximize",
+        n_trials=2,
+        callbacks=[broken],
+    )
+    study = driver.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
     assert len(study.trials) == 2
     assert "callback broken failed on trial 0: ConnectionError: tracking server down" in caplog.text
 
@@ -76,10 +92,16 @@ def test_keras_callbacks_are_fresh_per_fold_and_run_with_early_stopping(tmp_path
         return [keras.callbacks.CSVLogger(str(folder / f"fold-{fold_index}.csv"))]
 
     spec = tlsearch.StudySpec(
-        name="keras-callbacks", dataset="sklearn:iris", space=lambda t: {"u": t.suggest_int("u", 1, 2)},
-        model=tlsearch.KerasModel(_build, epochs=2, early_stopping=1, callbacks=callbacks), cv=2,
-        metric="accuracy", n_trials=2, pruner=optuna.pruners.NopPruner())
-    study = runner.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
+        name="keras-callbacks",
+        dataset="sklearn:iris",
+        space=lambda t: {"u": t.suggest_int("u", 1, 2)},
+        model=tlsearch.KerasModel(_build, epochs=2, early_stopping=1, callbacks=callbacks),
+        cv=2,
+        metric="accuracy",
+        n_trials=2,
+        pruner=optuna.pruners.NopPruner(),
+    )
+    study = driver.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
 
     assert [(t.state.name, t.user_attrs.get("error_message")) for t in study.trials] == [("COMPLETE", None)] * 2
     for trial in study.trials:

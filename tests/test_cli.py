@@ -12,7 +12,7 @@ from tlsearch.cli import main
 
 pytestmark = pytest.mark.timeout(300)
 
-STUDY = '''
+STUDY = """
 import tlsearch
 from sklearn.tree import DecisionTreeClassifier
 
@@ -21,7 +21,7 @@ study = tlsearch.StudySpec(
     space=lambda trial: {"max_depth": trial.suggest_int("max_depth", 1, 6)},
     model=tlsearch.SklearnModel(lambda p: DecisionTreeClassifier(max_depth=p["max_depth"], random_state=0)),
     cv=3, metric="accuracy", n_trials=4)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +73,10 @@ def test_copy_to_mongodb_then_resume_there(local_study, mongo_uri, mongo_db_name
     assert "copied study 'iris-tree'" in capsys.readouterr().out
     mongo = ["--mongo", mongo_uri, "--database", mongo_db_name, "--home", str(home)]
     assert main(["stop", "iris-tree", *mongo]) == 0  # a stale stop request is cleared by the next run
-    assert main(["resume", "iris-tree", *mongo, "--n-trials", "6", "--workers", "1", "--progress", "off",
-                 "--no-report"]) == 0
+    assert (
+        main(["resume", "iris-tree", *mongo, "--n-trials", "6", "--workers", "1", "--progress", "off", "--no-report"])
+        == 0
+    )
     capsys.readouterr()
     assert main(["status", "iris-tree", *mongo, "--json"]) == 0
     [status] = json.loads(capsys.readouterr().out)

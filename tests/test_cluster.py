@@ -11,13 +11,13 @@ import distributed
 import pytest
 from optuna.trial import TrialState
 
-from tlsearch import cluster, runner
+from tlsearch import cluster, driver, study_attrs
 from tlsearch.stores import Stores
 from tlsearch.study import load_study_file
 
 pytestmark = pytest.mark.timeout(240)
 
-STUDY = '''
+STUDY = """
 import tlsearch
 
 def fit(params, fold, report):
@@ -26,22 +26,41 @@ def fit(params, fold, report):
 study = tlsearch.StudySpec(name="on-workers", dataset="sklearn:iris", model=tlsearch.CustomLoop(fit),
                            space=lambda trial: {"x": trial.suggest_float("x", 0, 1)}, cv=2,
                            direction="maximize", n_trials=4)
-'''
+"""
 
 
 def test_worker_command_joins_a_scheduler_and_runs_trials(tmp_path):
     study_file = tmp_path / "study.py"
     study_file.write_text(STUDY)
     with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=None) as empty:
-        worker = subprocess.Popen([sys.executable, "-m", "tlsearch", "worker", "--scheduler", empty.scheduler_address,
-                                   "--gpus", "all", "--cpu-workers", "1"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tlsearch",
+                "worker",
+                "--scheduler",
+                empty.scheduler_address,
+                "--gpus",
+                "all",
+                "--cpu-workers",
+                "1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
             with distributed.Client(empty) as client:
                 client.wait_for_workers(1, timeout=60)
                 assert cluster.trial_resources(client) is None  # a CPU worker offers no GPU share
-            study = runner.run(load_study_file(study_file), stores=Stores(home=tmp_path),
-                               scheduler=empty.scheduler_address, progress="off")
+            study = driver.run(
+                load_study_file(study_file),
+                stores=Stores(home=tmp_path),
+                scheduler=empty.scheduler_address,
+                progress="off",
+            )
         finally:
             os.killpg(worker.pid, signal.SIGINT)
             try:
@@ -74,6 +93,52 @@ def test_the_local_cluster_listens_on_loopback_only():
 
     with connect(n_workers=1) as client:
         pids = [os.getpid(), *client.run(os.getpid).values()]
-        listening = [c.laddr for pid in pids for c in psutil.Process(pid).net_connections("inet")
-                     if c.status == psutil.CONN_LISTEN]
+        listening = [
+            c.laddr
+            for pid in pids
+            for c in psutil.Process(pid).net_connections("inet")
+            if c.status == psutil.CONN_LISTEN
+        ]
     assert listening and all(address.ip in ("127.0.0.1", "::1") for address in listening), listening
+
+
+def test_worker_and_driver_find_the_scheduler_through_its_scheduler_file(tmp_path):
+    from tlsearch import cli
+
+    study_file = tmp_path / "study.py"
+    study_file.write_text(STUDY)
+    scheduler_file = tmp_path / "scheduler.json"  # written by the scheduler itself, as `dask scheduler` does
+    with distributed.LocalCluster(
+        n_workers=0, processes=True, dashboard_address=None, scheduler_kwargs={"scheduler_file": str(scheduler_file)}
+    ):
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "tlsearch", "worker", "--scheduler-file", str(scheduler_file), "--cpu-workers", "1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            code = cli.main(
+                ["run", str(study_file), "--scheduler-file", str(scheduler_file), "--home", str(tmp_path / "home")]
+                + ["--progress", "off", "--no-report"]
+            )
+        finally:
+            os.killpg(worker.pid, signal.SIGINT)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+    assert code == 0
+    study = study_attrs.load(Stores(home=tmp_path / "home"), "on-workers")
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 4
+
+
+def test_a_scheduler_file_without_an_address_is_one_clear_line(tmp_path, capsys):
+    from tlsearch import cli
+
+    bad = tmp_path / "scheduler.json"
+    bad.write_text('{"type": "Scheduler"}')
+    assert cli.main(["worker", "--scheduler-file", str(bad)]) == 1
+    assert "names no scheduler address" in capsys.readouterr().err

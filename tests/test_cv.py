@@ -13,8 +13,9 @@ from sklearn.metrics import make_scorer, mean_absolute_error
 from sklearn.model_selection import KFold, StratifiedKFold, cross_validate
 
 from tlsearch.cv import AutoKFold, describe_failure, evaluate, is_infrastructure_error
-from tlsearch.models import NonFiniteLossError, NonFiniteScoreError, derive_seed
+from tlsearch.models import NonFiniteLossError, NonFiniteScoreError
 from tlsearch.pruners import KFoldPruner
+from tlsearch.seeds import derive_seed
 from tlsearch.spaces import InvalidSpaceError
 from tlsearch.study import CustomLoop, SklearnModel, StudySpec
 
@@ -25,9 +26,16 @@ def logistic(params):
     return LogisticRegression(C=params["C"], max_iter=3000)
 
 
+def memory_study(spec):
+    """An in-memory study as the driver opens one (name, directions, sampler, pruner)."""
+    return optuna.create_study(
+        study_name=spec.name, directions=list(spec.directions), sampler=spec.sampler, pruner=spec.pruner
+    )
+
+
 def run(spec, arrays, study=None, **kwargs):
     """Ask a trial of an in-memory study, evaluate it, tell the result; return the frozen trial."""
-    study = study or spec.create_study()
+    study = study or memory_study(spec)
     folds = list(spec.cv.split(arrays["X"], arrays["y"], arrays.get("groups")))
     trial = study.ask()
     try:
@@ -39,11 +47,24 @@ def run(spec, arrays, study=None, **kwargs):
 
 def test_fold_scores_equal_cross_validate(digits):
     splitter = StratifiedKFold(4, shuffle=True, random_state=3)
-    spec = StudySpec(name="exact", dataset="sklearn:digits", space={"C": 0.3}, model=SklearnModel(logistic),
-                     cv=splitter, metric="f1_macro", return_train_score=True)
+    spec = StudySpec(
+        name="exact",
+        dataset="sklearn:digits",
+        space={"C": 0.3},
+        model=SklearnModel(logistic),
+        cv=splitter,
+        metric="f1_macro",
+        return_train_score=True,
+    )
     trial = run(spec, digits, dataset_hash="d" * 64, fold_plan_hash="f" * 64)
-    expected = cross_validate(LogisticRegression(C=0.3, max_iter=3000), np.asarray(digits["X"]),
-                              np.asarray(digits["y"]), cv=splitter, scoring="f1_macro", return_train_score=True)
+    expected = cross_validate(
+        LogisticRegression(C=0.3, max_iter=3000),
+        np.asarray(digits["X"]),
+        np.asarray(digits["y"]),
+        cv=splitter,
+        scoring="f1_macro",
+        return_train_score=True,
+    )
     attrs = trial.user_attrs
     for k in range(4):
         assert attrs[f"split{k}_test_score"] == pytest.approx(expected["test_score"][k], abs=1e-12)
@@ -65,13 +86,24 @@ def test_default_scoring_and_callable_scorer_equal_cross_validate():
     X, y = load_iris(return_X_y=True)
     splitter = KFold(3, shuffle=True, random_state=0)
     scorer = make_scorer(mean_absolute_error, greater_is_better=False)
-    spec = StudySpec(name="ridge", dataset="sklearn:iris", space={"alpha": 2.0},
-                     model=SklearnModel(lambda p: Ridge(alpha=p["alpha"])), cv=splitter)
+    spec = StudySpec(
+        name="ridge",
+        dataset="sklearn:iris",
+        space={"alpha": 2.0},
+        model=SklearnModel(lambda p: Ridge(alpha=p["alpha"])),
+        cv=splitter,
+    )
     trial = run(spec, {"X": X, "y": y})
     expected = cross_validate(Ridge(alpha=2.0), X, y, cv=splitter)["test_score"]  # scoring=None: estimator.score
     assert [trial.user_attrs[f"split{k}_test_score"] for k in range(3)] == pytest.approx(expected, abs=1e-12)
-    spec = StudySpec(name="ridge-mae", dataset="sklearn:iris", space={"alpha": 2.0},
-                     model=SklearnModel(lambda p: Ridge(alpha=p["alpha"])), cv=splitter, metric=scorer)
+    spec = StudySpec(
+        name="ridge-mae",
+        dataset="sklearn:iris",
+        space={"alpha": 2.0},
+        model=SklearnModel(lambda p: Ridge(alpha=p["alpha"])),
+        cv=splitter,
+        metric=scorer,
+    )
     trial = run(spec, {"X": X, "y": y})
     expected = cross_validate(Ridge(alpha=2.0), X, y, cv=splitter, scoring=scorer)["test_score"]
     assert [trial.user_attrs[f"split{k}_test_score"] for k in range(3)] == pytest.approx(expected, abs=1e-12)
@@ -80,11 +112,23 @@ def test_default_scoring_and_callable_scorer_equal_cross_validate():
 
 def test_multi_objective_names_results_by_metric(digits):
     splitter = StratifiedKFold(3, shuffle=True, random_state=0)
-    spec = StudySpec(name="multi", dataset="sklearn:digits", space={"C": 0.1}, model=SklearnModel(logistic),
-                     cv=splitter, metric=["accuracy", "neg_log_loss"], direction=["maximize", "maximize"])
+    spec = StudySpec(
+        name="multi",
+        dataset="sklearn:digits",
+        space={"C": 0.1},
+        model=SklearnModel(logistic),
+        cv=splitter,
+        metric=["accuracy", "neg_log_loss"],
+        direction=["maximize", "maximize"],
+    )
     trial = run(spec, digits)
-    expected = cross_validate(logistic({"C": 0.1}), np.asarray(digits["X"]), np.asarray(digits["y"]), cv=splitter,
-                              scoring=["accuracy", "neg_log_loss"])
+    expected = cross_validate(
+        logistic({"C": 0.1}),
+        np.asarray(digits["X"]),
+        np.asarray(digits["y"]),
+        cv=splitter,
+        scoring=["accuracy", "neg_log_loss"],
+    )
     for name in ("accuracy", "neg_log_loss"):
         scores = [trial.user_attrs[f"split{k}_test_{name}"] for k in range(3)]
         assert scores == pytest.approx(expected[f"test_{name}"], abs=1e-12)
@@ -98,10 +142,15 @@ def choose_model(params):
 
 
 def test_hopeless_trial_is_pruned_after_its_first_fold(digits):
-    spec = StudySpec(name="prune", dataset="sklearn:digits", model=SklearnModel(choose_model),
-                     space=lambda t: {"model": t.suggest_categorical("model", ["good", "dummy"])},
-                     pruner=KFoldPruner(n_startup_trials=3), cv=4)
-    study = spec.create_study()
+    spec = StudySpec(
+        name="prune",
+        dataset="sklearn:digits",
+        model=SklearnModel(choose_model),
+        space=lambda t: {"model": t.suggest_categorical("model", ["good", "dummy"])},
+        pruner=KFoldPruner(n_startup_trials=3),
+        cv=4,
+    )
+    study = memory_study(spec)
     for model in ("good", "good", "good", "dummy"):
         study.enqueue_trial({"model": model})
     good = [run(spec, digits, study) for _ in range(3)]
@@ -117,11 +166,18 @@ def test_hopeless_trial_is_pruned_after_its_first_fold(digits):
 
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 def test_wilcoxon_pruner_gets_each_fold_score(digits):
-    spec = StudySpec(name="wilcoxon", dataset="sklearn:digits", space={"C": 0.1}, model=SklearnModel(logistic),
-                     pruner=optuna.pruners.WilcoxonPruner(), cv=3)
+    spec = StudySpec(
+        name="wilcoxon",
+        dataset="sklearn:digits",
+        space={"C": 0.1},
+        model=SklearnModel(logistic),
+        pruner=optuna.pruners.WilcoxonPruner(),
+        cv=3,
+    )
     trial = run(spec, digits)
-    assert [trial.intermediate_values[k] for k in range(3)] == [trial.user_attrs[f"split{k}_test_score"]
-                                                                for k in range(3)]
+    assert [trial.intermediate_values[k] for k in range(3)] == [
+        trial.user_attrs[f"split{k}_test_score"] for k in range(3)
+    ]
 
 
 class WeightRecorder(LogisticRegression):
@@ -135,8 +191,13 @@ class WeightRecorder(LogisticRegression):
 def test_sample_weight_and_groups_are_used():
     X, y = load_iris(return_X_y=True)
     arrays = {"X": X, "y": y, "sample_weight": np.ones(len(y)), "groups": np.arange(len(y)) // 10}
-    spec = StudySpec(name="weights", dataset="sklearn:iris", space={}, cv=3,
-                     model=SklearnModel(lambda p: WeightRecorder(max_iter=1000)))
+    spec = StudySpec(
+        name="weights",
+        dataset="sklearn:iris",
+        space={},
+        cv=3,
+        model=SklearnModel(lambda p: WeightRecorder(max_iter=1000)),
+    )
     WeightRecorder.seen.clear()
     run(spec, arrays)
     assert len(WeightRecorder.seen) == 3 and all(n == w for n, w in WeightRecorder.seen)
@@ -166,7 +227,7 @@ def test_custom_loop_gets_fold_arrays_and_reports_a_curve(digits):
 
 def test_non_finite_score_fails_the_trial(digits):
     spec = StudySpec(name="nan", dataset="sklearn:digits", space={}, model=CustomLoop(lambda p, f, r: float("nan")))
-    study = spec.create_study()
+    study = memory_study(spec)
     trial = study.ask()
     with pytest.raises(NonFiniteScoreError, match="fold 0: test score is nan"):
         evaluate(trial, spec, digits, list(spec.cv.split(digits["X"], digits["y"])))
@@ -177,7 +238,7 @@ def test_errors_in_user_code_propagate_and_are_described(digits):
         raise ValueError("no such kernel: 'rbff'")
 
     spec = StudySpec(name="broken", dataset="sklearn:digits", space={}, model=SklearnModel(broken_factory))
-    trial = spec.create_study().ask()
+    trial = memory_study(spec).ask()
     with pytest.raises(ValueError) as raised:
         evaluate(trial, spec, digits, list(spec.cv.split(digits["X"], digits["y"])))
     description = describe_failure(raised.value)
@@ -188,7 +249,7 @@ def test_errors_in_user_code_propagate_and_are_described(digits):
 
     spec = StudySpec(name="not-a-dict", dataset="sklearn:digits", space=lambda t: 3, model=SklearnModel(logistic))
     with pytest.raises(InvalidSpaceError, match="returned int"):
-        evaluate(spec.create_study().ask(), spec, digits, [])
+        evaluate(memory_study(spec).ask(), spec, digits, [])
 
 
 class ResourceExhaustedError(Exception):
@@ -199,18 +260,21 @@ class KilledWorker(Exception):
     pass
 
 
-@pytest.mark.parametrize("exc, retryable", [
-    (ConnectionResetError("peer reset"), True),
-    (TimeoutError(), True),
-    (MemoryError(), True),
-    (ResourceExhaustedError("OOM when allocating tensor"), True),
-    (RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"), True),
-    (KilledWorker("worker lost"), True),
-    (ValueError("bad learning rate"), False),
-    (NonFiniteLossError("training loss is nan"), False),
-    (KeyError("units"), False),
-    (optuna.TrialPruned(), False),
-])
+@pytest.mark.parametrize(
+    "exc, retryable",
+    [
+        (ConnectionResetError("peer reset"), True),
+        (TimeoutError(), True),
+        (MemoryError(), True),
+        (ResourceExhaustedError("OOM when allocating tensor"), True),
+        (RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"), True),
+        (KilledWorker("worker lost"), True),
+        (ValueError("bad learning rate"), False),
+        (NonFiniteLossError("training loss is nan"), False),
+        (KeyError("units"), False),
+        (optuna.TrialPruned(), False),
+    ],
+)
 def test_infrastructure_errors_are_retryable(exc, retryable):
     assert is_infrastructure_error(exc) is retryable
     assert describe_failure(exc)["error_retryable"] is retryable
@@ -244,5 +308,3 @@ def test_auto_kfold_stratifies_classes_and_plain_splits_continuous_targets():
     assert repr(AutoKFold(3)) == "AutoKFold(n_splits=3, random_state=0, shuffle=True)"
     first = [valid.tolist() for _, valid in AutoKFold(5).split(X, y)]
     assert first == [valid.tolist() for _, valid in AutoKFold(5).split(X, y)]
-
-

@@ -17,15 +17,15 @@ import time
 import pytest
 from optuna.trial import TrialState
 
-from tlsearch import cli, runner
+from tests.test_driver import _kill_group, _wait_for_complete, count, write_study
+from tlsearch import cli, driver, study_attrs
 from tlsearch.errors import TLSearchError
 from tlsearch.stores import Stores
-from tests.test_runner import _kill_group, _wait_for_complete, count, write_study
 
 pytestmark = pytest.mark.timeout(400)
 
 # A script as a user writes it: tlsearch.run under the main guard (or not, with GUARD="").
-DRIVER_SCRIPT = '''
+DRIVER_SCRIPT = """
 import sys
 from pathlib import Path
 import tlsearch
@@ -39,22 +39,37 @@ def main():
 
 {guard}
     main()
-'''
+"""
 
 
 def _cli(tmp_path, study_file, *args):
-    command = [sys.executable, "-m", "tlsearch", "run", str(study_file), "--home", str(tmp_path / "home"),
-               "--workers", "2", "--progress", "log", "--no-report", *args]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "tlsearch",
+        "run",
+        str(study_file),
+        "--home",
+        str(tmp_path / "home"),
+        "--workers",
+        "2",
+        "--progress",
+        "log",
+        "--no-report",
+        *args,
+    ]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
 
 def _script(tmp_path, study_file, mongo="", database="tlsearch", guard='if __name__ == "__main__":'):
     path = tmp_path / "drive.py"
     path.write_text(DRIVER_SCRIPT.format(guard=guard or "if True:"))
     command = [sys.executable, str(path), str(study_file), str(tmp_path / "home"), mongo, database]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, cwd=tmp_path)
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=tmp_path
+    )
 
 
 def _wait_for_running(load, process, timeout=120):
@@ -74,9 +89,9 @@ def test_signal_to_the_process_group_lets_running_trials_complete(tmp_path, sign
     process = _cli(tmp_path, study_file)
     stores = Stores(home=tmp_path / "home")
     try:
-        _wait_for_complete(lambda: runner.load(stores, "engine"), 1, process)
-        _wait_for_running(lambda: runner.load(stores, "engine"), process)
-        running = [t.number for t in runner.load(stores, "engine").trials if t.state == TrialState.RUNNING]
+        _wait_for_complete(lambda: study_attrs.load(stores, "engine"), 1, process)
+        _wait_for_running(lambda: study_attrs.load(stores, "engine"), process)
+        running = [t.number for t in study_attrs.load(stores, "engine").trials if t.state == TrialState.RUNNING]
         os.killpg(process.pid, signum)  # as a terminal (or `timeout`) does: the driver and its workers
         output, _ = process.communicate(timeout=120)
     finally:
@@ -84,7 +99,7 @@ def test_signal_to_the_process_group_lets_running_trials_complete(tmp_path, sign
     assert process.returncode == exit_code, output
     assert "Traceback" not in output, output
     assert "run ended: " in output.splitlines()[-1], output
-    study = runner.load(stores, "engine")
+    study = study_attrs.load(stores, "engine")
     assert count(study, TrialState.RUNNING) == 0
     assert count(study, TrialState.FAIL) == 0, output  # the workers did not die of the signal
     assert all(study.trials[number].state == TrialState.COMPLETE for number in running)
@@ -95,7 +110,7 @@ def test_second_ctrl_c_fails_running_trials_as_interrupted_and_queues_retries(tm
     process = _cli(tmp_path, study_file)
     stores = Stores(home=tmp_path / "home")
     try:
-        _wait_for_running(lambda: runner.load(stores, "engine"), process)
+        _wait_for_running(lambda: study_attrs.load(stores, "engine"), process)
         os.killpg(process.pid, signal.SIGINT)
         time.sleep(1)
         os.killpg(process.pid, signal.SIGINT)
@@ -104,7 +119,7 @@ def test_second_ctrl_c_fails_running_trials_as_interrupted_and_queues_retries(tm
         _kill_group(process)
     assert process.returncode == 130, output
     assert "Traceback" not in output, output
-    study = runner.load(stores, "engine")
+    study = study_attrs.load(stores, "engine")
     interrupted = [t for t in study.trials if t.user_attrs.get("error_type") == "Interrupted"]
     assert interrupted, output
     assert all(t.state == TrialState.FAIL for t in interrupted)
@@ -116,9 +131,10 @@ def test_second_ctrl_c_fails_running_trials_as_interrupted_and_queues_retries(tm
 
 def test_a_study_whose_every_trial_fails_exits_non_zero(tmp_path, capsys):
     study_file = write_study(tmp_path, n_trials=3, body='raise ValueError("always")')
-    code = cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1",
-                     "--progress", "off", "--no-report"])
-    assert code == runner.EXIT_CODES[runner.CONSECUTIVE_FAILURES]
+    code = cli.main(
+        ["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1", "--progress", "off", "--no-report"]
+    )
+    assert code == driver.EXIT_CODES[driver.CONSECUTIVE_FAILURES]
     assert "run ended: too many trials failed in a row" in capsys.readouterr().err
 
 
@@ -136,7 +152,7 @@ def test_four_drivers_finish_exactly_n_trials(tmp_path, store, request):
             _kill_group(driver)
     for driver, output in zip(drivers, outputs):
         assert driver.returncode == 0, output
-    study = runner.load(Stores(mongo or None, database, tmp_path / "home"), "engine")
+    study = study_attrs.load(Stores(mongo or None, database, tmp_path / "home"), "engine")
     assert count(study, TrialState.COMPLETE) + count(study, TrialState.PRUNED) == 12
     assert count(study, TrialState.RUNNING) == count(study, TrialState.WAITING) == 0
 
@@ -147,10 +163,10 @@ def test_a_killed_drivers_trials_are_failed_and_retried_by_a_live_one(tmp_path, 
     doomed = _script(tmp_path, study_file, mongo_uri, mongo_db_name)
     survivor = None
     try:
-        _wait_for_complete(lambda: runner.load(stores, "engine"), 1, doomed)
+        _wait_for_complete(lambda: study_attrs.load(stores, "engine"), 1, doomed)
         survivor = _script(tmp_path, study_file, mongo_uri, mongo_db_name)
-        _wait_for_complete(lambda: runner.load(stores, "engine"), 3, survivor)
-        _wait_for_running(lambda: runner.load(stores, "engine"), doomed)
+        _wait_for_complete(lambda: study_attrs.load(stores, "engine"), 3, survivor)
+        _wait_for_running(lambda: study_attrs.load(stores, "engine"), doomed)
         os.killpg(doomed.pid, signal.SIGKILL)
         doomed.wait()
         output, _ = survivor.communicate(timeout=300)
@@ -159,7 +175,7 @@ def test_a_killed_drivers_trials_are_failed_and_retried_by_a_live_one(tmp_path, 
         if survivor is not None:
             _kill_group(survivor)
     assert survivor.returncode == 0, output
-    study = runner.load(stores, "engine")
+    study = study_attrs.load(stores, "engine")
     lost = [t for t in study.trials if t.user_attrs.get("error_type") == "DriverLost"]
     assert lost, output
     retried = {t.system_attrs.get("failed_trial"): t.state for t in study.trials if "failed_trial" in t.system_attrs}
@@ -178,16 +194,24 @@ def test_run_without_the_main_guard_says_to_add_it(tmp_path):
     assert process.returncode != 0
     lines = output.strip().splitlines()
     # The worker process that imported the script says why in one line; the script's own call raises.
-    assert any(line.startswith("tlsearch: error: tlsearch.run was called while a worker process imported")
-               for line in lines), output
+    assert any(
+        line.startswith("tlsearch: error: tlsearch.run was called while a worker process imported") for line in lines
+    ), output
     assert lines[-1].startswith("tlsearch.errors.TLSearchError") and 'if __name__ == "__main__":' in lines[-1]
     assert output.count("Traceback") == 1, output  # the script's uncaught error, none from the workers
     assert "already running" not in output, output
 
 
-@pytest.mark.parametrize("option, value, field", [("--n-trials", "0", "n_trials"), ("--n-trials", "-3", "n_trials"),
-                                                  ("--parallelism", "0", "parallelism"),
-                                                  ("--timeout", "0", "timeout"), ("--workers", "0", "n_workers")])
+@pytest.mark.parametrize(
+    "option, value, field",
+    [
+        ("--n-trials", "0", "n_trials"),
+        ("--n-trials", "-3", "n_trials"),
+        ("--parallelism", "0", "parallelism"),
+        ("--timeout", "0", "timeout"),
+        ("--workers", "0", "n_workers"),
+    ],
+)
 def test_bad_budget_options_are_refused_before_a_study_exists(tmp_path, capsys, option, value, field):
     study_file = write_study(tmp_path)
     code = cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), option, value, "--no-report"])
@@ -195,7 +219,7 @@ def test_bad_budget_options_are_refused_before_a_study_exists(tmp_path, capsys, 
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and field in error[0] and option in error[0], error
     with pytest.raises(Exception, match="no study named"):
-        runner.load(Stores(home=tmp_path / "home"), "engine")
+        study_attrs.load(Stores(home=tmp_path / "home"), "engine")
 
 
 def test_a_failed_start_leaves_no_empty_study(tmp_path, capsys):
@@ -204,7 +228,7 @@ def test_a_failed_start_leaves_no_empty_study(tmp_path, capsys):
     assert cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--no-report"]) == 1
     assert "no-such-dataset" in capsys.readouterr().err
     with pytest.raises(Exception, match="no study named"):
-        runner.load(Stores(home=tmp_path / "home"), "engine")
+        study_attrs.load(Stores(home=tmp_path / "home"), "engine")
 
 
 def test_a_finished_study_has_nothing_to_do(tmp_path, capsys):
@@ -220,8 +244,22 @@ def test_a_finished_study_has_nothing_to_do(tmp_path, capsys):
 
 def test_tied_best_trials_print_one_and_say_how_many_tie(tmp_path, capsys):
     study_file = write_study(tmp_path, n_trials=3, body="return 1.0")
-    assert cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1",
-                     "--progress", "off", "--no-report"]) == 0
+    assert (
+        cli.main(
+            [
+                "run",
+                str(study_file),
+                "--home",
+                str(tmp_path / "home"),
+                "--workers",
+                "1",
+                "--progress",
+                "off",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "3 trials tie for the best value" in out
     assert out.count("best trial #") == 1 and "best trial #0:" in out, out

@@ -1,4 +1,4 @@
-"""Model adapters with Keras (the only test file that imports TensorFlow) and fit_full."""
+"""Model kinds and their trainers with Keras (the only test file that imports TensorFlow), and fit_full."""
 
 from __future__ import annotations
 
@@ -11,14 +11,17 @@ from sklearn.neighbors import KNeighborsClassifier
 
 from search_spaces.mlp import make_mlp
 from search_spaces.optimizers import compile_model
+from tests.test_cv import memory_study
 from tlsearch.cv import describe_failure, evaluate
-from tlsearch.models import NonFiniteLossError, fit_full
+from tlsearch.models import NonFiniteLossError
 from tlsearch.study import CustomLoop, KerasModel, SklearnModel, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-SMALL_MLP = {"mlp": {"units": [32], "dropout": 0.0, "activation": "relu", "batch_norm": False},
-             "optimizer": {"name": "adam", "learning_rate": 0.01, "weight_decay": None}}
+SMALL_MLP = {
+    "mlp": {"units": [32], "dropout": 0.0, "activation": "relu", "batch_norm": False},
+    "optimizer": {"name": "adam", "learning_rate": 0.01, "weight_decay": None},
+}
 
 
 def build_mlp(params, input_shape, n_classes):
@@ -27,7 +30,7 @@ def build_mlp(params, input_shape, n_classes):
 
 
 def run(spec, arrays):
-    study = spec.create_study()
+    study = memory_study(spec)
     trial = study.ask()
     folds = list(spec.cv.split(arrays["X"], arrays["y"]))
     study.tell(trial, evaluate(trial, spec, arrays, folds))
@@ -35,9 +38,15 @@ def run(spec, arrays):
 
 
 def test_keras_mlp_on_digits_three_folds(digits):
-    spec = StudySpec(name="keras-digits", dataset="sklearn:digits", space=SMALL_MLP,
-                     model=KerasModel(build_mlp, epochs=2, batch_size=32), cv=3, metric="accuracy",
-                     return_train_score=True)
+    spec = StudySpec(
+        name="keras-digits",
+        dataset="sklearn:digits",
+        space=SMALL_MLP,
+        model=KerasModel(build_mlp, epochs=2, batch_size=32),
+        cv=3,
+        metric="accuracy",
+        return_train_score=True,
+    )
     trial = run(spec, digits)
     assert trial.state == TrialState.COMPLETE
     attrs = trial.user_attrs
@@ -48,17 +57,22 @@ def test_keras_mlp_on_digits_three_folds(digits):
     assert attrs["mean_test_score"] == pytest.approx(np.mean(scores)) == trial.value
     assert attrs["mean_train_score"] > 0.6 and list(trial.intermediate_values) == [0, 1, 2]
     # the same study, trial number and fold give the same seeds: a re-run reproduces the fold's score
-    study = spec.create_study()
+    study = memory_study(spec)
     rerun = study.ask()
     evaluate(rerun, spec, digits, list(spec.cv.split(digits["X"], digits["y"]))[:1])
     assert study.trials[0].user_attrs["split0_test_score"] == pytest.approx(scores[0], abs=1e-6)
 
 
 def test_keras_early_stopping_and_scikit_learn_scorers(digits):
-    spec = StudySpec(name="keras-scorers", dataset="sklearn:digits", space=SMALL_MLP,
-                     model=KerasModel(build_mlp, epochs=4, batch_size=64, early_stopping=1), cv=2,
-                     metric=["loss", "neg_log_loss", "balanced_accuracy"],
-                     direction=["minimize", "maximize", "maximize"])
+    spec = StudySpec(
+        name="keras-scorers",
+        dataset="sklearn:digits",
+        space=SMALL_MLP,
+        model=KerasModel(build_mlp, epochs=4, batch_size=64, early_stopping=1),
+        cv=2,
+        metric=["loss", "neg_log_loss", "balanced_accuracy"],
+        direction=["minimize", "maximize", "maximize"],
+    )
     trial = run(spec, digits)
     attrs = trial.user_attrs
     for k in range(2):
@@ -72,23 +86,41 @@ def test_keras_regression_and_binary_sigmoid_outputs():
     import keras
 
     X, y = load_diabetes(return_X_y=True)
-    regression = StudySpec(name="keras-regression", dataset="sklearn:diabetes", space=SMALL_MLP, cv=2,
-                           model=KerasModel(build_mlp, epochs=1), metric=["loss", "neg_mean_squared_error"],
-                           direction=["minimize", "maximize"])
+    regression = StudySpec(
+        name="keras-regression",
+        dataset="sklearn:diabetes",
+        space=SMALL_MLP,
+        cv=2,
+        model=KerasModel(build_mlp, epochs=1),
+        metric=["loss", "neg_mean_squared_error"],
+        direction=["minimize", "maximize"],
+    )
     trial = run(regression, {"X": X, "y": y})
     assert trial.user_attrs["split0_test_neg_mean_squared_error"] == pytest.approx(
-        -trial.user_attrs["split0_test_loss"], rel=1e-3)
+        -trial.user_attrs["split0_test_loss"], rel=1e-3
+    )
 
     def sigmoid_model(params, input_shape, n_classes):
         assert n_classes == 2
-        model = keras.Sequential([keras.Input(input_shape), keras.layers.Normalization(axis=None),
-                                  keras.layers.Dense(1, activation="sigmoid")])
+        model = keras.Sequential(
+            [
+                keras.Input(input_shape),
+                keras.layers.Normalization(axis=None),
+                keras.layers.Dense(1, activation="sigmoid"),
+            ]
+        )
         model.compile("adam", "binary_crossentropy")
         return model
 
     X, y = load_breast_cancer(return_X_y=True)
-    binary = StudySpec(name="keras-binary", dataset="sklearn:breast_cancer", space={}, cv=2,
-                       model=KerasModel(sigmoid_model, epochs=1), metric="roc_auc")
+    binary = StudySpec(
+        name="keras-binary",
+        dataset="sklearn:breast_cancer",
+        space={},
+        cv=2,
+        model=KerasModel(sigmoid_model, epochs=1),
+        metric="roc_auc",
+    )
     assert 0.0 <= run(binary, {"X": X, "y": y}).value <= 1.0
 
 
@@ -96,8 +128,13 @@ def test_non_finite_loss_fails_the_trial(digits):
     import keras
 
     def exploding(params, input_shape, n_classes):
-        model = keras.Sequential([keras.Input(input_shape), keras.layers.Rescaling(float("inf")),
-                                  keras.layers.Dense(n_classes, activation="softmax")])
+        model = keras.Sequential(
+            [
+                keras.Input(input_shape),
+                keras.layers.Rescaling(float("inf")),
+                keras.layers.Dense(n_classes, activation="softmax"),
+            ]
+        )
         model.compile("adam", "sparse_categorical_crossentropy")
         return model
 
@@ -122,27 +159,39 @@ def test_builder_errors_propagate(digits):
         run(StudySpec(name="uncompiled", dataset="d", space={}, model=KerasModel(uncompiled), cv=2), digits)
 
 
+def fit_full(spec, params, X, y):
+    """What `tlsearch refit` trains: the model kind's trainer on all rows."""
+    return spec.model.trainer(spec, {"X": X, "y": y}).fit_full(params, X, y, None, 0)
+
+
 def test_fit_full_returns_trained_models(digits):
     X, y = np.asarray(digits["X"]), np.asarray(digits["y"])
     keras_spec = StudySpec(name="full", dataset="d", space=SMALL_MLP, model=KerasModel(build_mlp, epochs=2))
     model = fit_full(keras_spec, SMALL_MLP, X, y)
     assert np.mean(np.argmax(model.predict(X, verbose=0), axis=1) == y) > 0.7
-    sklearn_spec = StudySpec(name="full", dataset="d", space={},
-                             model=SklearnModel(lambda p: KNeighborsClassifier(p["k"])))
+    sklearn_spec = StudySpec(
+        name="full", dataset="d", space={}, model=SklearnModel(lambda p: KNeighborsClassifier(p["k"]))
+    )
     assert fit_full(sklearn_spec, {"k": 1}, X, y).score(X, y) == 1.0
     custom = StudySpec(name="full", dataset="d", space={}, model=CustomLoop(lambda p, f, r: 0.0))
     with pytest.raises(TypeError, match="no refit function"):
         fit_full(custom, {}, X, y)
-    custom = StudySpec(name="full", dataset="d", space={},
-                       model=CustomLoop(lambda p, f, r: 0.0, refit=lambda p, X, y: ("trained", len(X))))
+    custom = StudySpec(
+        name="full",
+        dataset="d",
+        space={},
+        model=CustomLoop(lambda p, f, r: 0.0, refit=lambda p, X, y: ("trained", len(X))),
+    )
     assert fit_full(custom, {}, X, y) == ("trained", len(X))
 
 
 def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digits):
     import keras
 
-    params = {"mlp": {"units": [32, 16], "dropout": 0.2, "activation": "relu", "batch_norm": True},
-              "optimizer": {"name": "adam", "learning_rate": 0.01, "weight_decay": None}}
+    params = {
+        "mlp": {"units": [32, 16], "dropout": 0.2, "activation": "relu", "batch_norm": True},
+        "optimizer": {"name": "adam", "learning_rate": 0.01, "weight_decay": None},
+    }
     built = []
 
     def deterministic(params, input_shape, n_classes):
@@ -162,8 +211,14 @@ def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digi
     scores, trained = {}, {}
     for builder in (deterministic, alternating):
         built.clear()
-        spec = StudySpec(name="reuse", dataset="sklearn:digits", space=params, cv=3, metric="accuracy",
-                         model=KerasModel(builder, epochs=3, batch_size=64, early_stopping=2))
+        spec = StudySpec(
+            name="reuse",
+            dataset="sklearn:digits",
+            space=params,
+            cv=3,
+            metric="accuracy",
+            model=KerasModel(builder, epochs=3, batch_size=64, early_stopping=2),
+        )
         attrs = run(spec, digits).user_attrs
         scores[builder.__name__] = [attrs[f"split{k}_test_score"] for k in range(3)]
         trained[builder.__name__] = sum(int(model.optimizer.iterations.numpy()) > 0 for model in built)
@@ -183,26 +238,37 @@ def _backend_state():
     import tensorflow as tf
 
     threading = tf.config.threading
-    return threading.get_intra_op_parallelism_threads(), threading.get_inter_op_parallelism_threads(), gc.get_freeze_count() > 0
+    return (
+        threading.get_intra_op_parallelism_threads(),
+        threading.get_inter_op_parallelism_threads(),
+        gc.get_freeze_count() > 0,
+    )
 
 
 def test_workers_run_keras_on_their_share_of_the_cores_and_only_keras_studies_import_it(tmp_path):
     import distributed
 
-    from tlsearch import runner
+    from tlsearch import driver
     from tlsearch.stores import Stores
     from tlsearch.worker_setup import host_cores
 
-    custom = StudySpec(name="custom", dataset="sklearn:digits", space={}, cv=2, n_trials=2,
-                       model=CustomLoop(lambda params, fold, report: 0.5))
-    keras_study = StudySpec(name="keras", dataset="sklearn:digits", space=SMALL_MLP, cv=2, n_trials=1,
-                            model=KerasModel(build_mlp, epochs=1))
+    custom = StudySpec(
+        name="custom",
+        dataset="sklearn:digits",
+        space={},
+        cv=2,
+        n_trials=2,
+        model=CustomLoop(lambda params, fold, report: 0.5),
+    )
+    keras_study = StudySpec(
+        name="keras", dataset="sklearn:digits", space=SMALL_MLP, cv=2, n_trials=1, model=KerasModel(build_mlp, epochs=1)
+    )
     stores = Stores(home=tmp_path)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as local:
         with distributed.Client(local) as client:
-            runner.run(custom, stores=stores, client=client, progress="off")
+            driver.run(custom, stores=stores, client=client, progress="off")
             assert set(client.run(_backend_state).values()) == {None}
-            study = runner.run(keras_study, stores=stores, client=client, progress="off")
+            study = driver.run(keras_study, stores=stores, client=client, progress="off")
             assert study.trials[0].state == TrialState.COMPLETE
             share = max(1, host_cores() // 2)
             assert set(client.run(_backend_state).values()) == {(share, share, True)}

@@ -49,31 +49,51 @@ def _site_packages_of_the_dependencies() -> Path:
 @pytest.mark.timeout(600)
 def test_the_built_wheel_runs_an_example_from_an_empty_folder(tmp_path):
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(wheels), str(ROOT)], check=True, cwd=tmp_path)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(ROOT)],
+        check=True,
+        cwd=tmp_path,
+    )
     [wheel] = wheels.glob("tlsearch-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     # The fresh environment sees the already installed dependencies, not this checkout.
     Path(site, "deps.pth").write_text(f"import site; site.addsitedir({str(_site_packages_of_the_dependencies())!r})\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)], check=True
+    )
 
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TLSEARCH_HOME", "TLSEARCH_MONGO_URI")}
     tlsearch_command = venv / "bin" / "tlsearch"
-    where = subprocess.run([python, "-c", "import tlsearch; print(tlsearch.__file__)"], cwd=empty, env=env,
-                           check=True, capture_output=True, text=True).stdout
+    where = subprocess.run(
+        [python, "-c", "import tlsearch; print(tlsearch.__file__)"],
+        cwd=empty,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert where.startswith(site), where
     version = subprocess.run([tlsearch_command, "--version"], cwd=empty, env=env, capture_output=True, text=True)
     assert version.stdout.strip() == f"tlsearch {tlsearch.__version__}"
     listed = subprocess.run([tlsearch_command, "examples"], cwd=empty, env=env, capture_output=True, text=True)
     assert "wine_sklearn" in listed.stdout and "digits_mlp" in listed.stdout
-    ran = subprocess.run([tlsearch_command, "run", "example:wine_sklearn", "--n-trials", "2", "--workers", "1",
-                          "--progress", "off"], cwd=empty, env=env, capture_output=True, text=True, timeout=400)
+    ran = subprocess.run(
+        [tlsearch_command, "run", "example:wine_sklearn", "--n-trials", "2", "--workers", "1", "--progress", "off"],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert "best trial #" in ran.stdout and (empty / ".tlsearch").is_dir()

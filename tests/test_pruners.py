@@ -7,7 +7,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from tlsearch import runner
+from tlsearch import driver
 from tlsearch.pruners import KFoldPruner, describe, fold_scores
 from tlsearch.stores import Stores
 from tlsearch.study import load_study_file
@@ -53,9 +53,9 @@ def test_fold_scores_are_recovered_from_running_means():
 
 def test_compares_fold_by_fold_and_prunes_only_the_hopeless():
     study = study_with_complete_trials(noisy_equals())
-    assert decide(study, [0.86]) is None                 # fold 0 is hard for everyone: 0.86 is within noise
-    assert decide(study, [0.89, 0.92]) is None           # better than the best
-    assert decide(study, [0.80]) is not None             # hopeless after one fold
+    assert decide(study, [0.86]) is None  # fold 0 is hard for everyone: 0.86 is within noise
+    assert decide(study, [0.89, 0.92]) is None  # better than the best
+    assert decide(study, [0.80]) is not None  # hopeless after one fold
     assert decide(study, [0.84, 0.87, 0.88]) is not None  # consistently 0.03 worse
 
     minimized = study_with_complete_trials([[-s for s in row] for row in noisy_equals()], direction="minimize")
@@ -95,20 +95,27 @@ def test_waits_for_startup_trials_warmup_folds_and_keeps_a_floor_of_complete_tri
     assert decide(study_with_complete_trials(three, n_startup_trials=3, n_warmup_folds=1), [0.1]) is None
     # 4 complete, 12 pruned: under a quarter complete if this one is pruned too
     assert decide(study_with_complete_trials(noisy_equals(n_trials=4), pruned=12), [0.1]) is None
-    assert decide(study_with_complete_trials(noisy_equals(n_trials=4), pruned=12, min_complete_fraction=0.2),
-                  [0.1]) is not None
+    assert (
+        decide(study_with_complete_trials(noisy_equals(n_trials=4), pruned=12, min_complete_fraction=0.2), [0.1])
+        is not None
+    )
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"margin_sigmas": -1}, "margin_sigmas"), ({"n_startup_trials": 2}, "n_startup_trials"),
-    ({"n_warmup_folds": -1}, "n_warmup_folds"), ({"min_complete_fraction": 1.5}, "min_complete_fraction"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"margin_sigmas": -1}, "margin_sigmas"),
+        ({"n_startup_trials": 2}, "n_startup_trials"),
+        ({"n_warmup_folds": -1}, "n_warmup_folds"),
+        ({"min_complete_fraction": 1.5}, "min_complete_fraction"),
+    ],
+)
 def test_bad_options_are_refused(options, message):
     with pytest.raises(ValueError, match=message):
         KFoldPruner(**options)
 
 
-STUDY_FILE = '''
+STUDY_FILE = """
 import math
 import optuna
 import tlsearch
@@ -122,14 +129,14 @@ def fit(params, fold, report):
 study = tlsearch.StudySpec(
     name="pruned", dataset="sklearn:iris", space=space, model=tlsearch.CustomLoop(fit),
     cv=4, direction="maximize", n_trials=16, sampler=optuna.samplers.RandomSampler(seed=3))
-'''
+"""
 
 
 @pytest.mark.timeout(300)
 def test_pruned_trials_of_a_run_record_why(tmp_path):
     path = tmp_path / "study.py"
     path.write_text(STUDY_FILE)
-    study = runner.run(load_study_file(path), stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
+    study = driver.run(load_study_file(path), stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
     pruned = study.get_trials(states=(TrialState.PRUNED,))
     assert pruned, "no trial was pruned"
     complete = {trial.number for trial in study.get_trials(states=(TrialState.COMPLETE,))}
@@ -138,3 +145,21 @@ def test_pruned_trials_of_a_run_record_why(tmp_path):
         assert reason["fold"] == trial.last_step == trial.user_attrs["n_folds_run"] - 1
         assert reason["n_folds"] == 4 and reason["reference_trial"] in complete
         assert reason["gap"] > reason["tolerance"]
+    # ...and people see it: `tlsearch trials` has a prune_reason column, the report a pruned-trials table.
+    from tlsearch import cli
+    from tlsearch.report import write_report
+
+    assert (
+        cli.main(
+            ["trials", "pruned", "--home", str(tmp_path / "home"), "--format", "csv", "-o", str(tmp_path / "t.csv")]
+        )
+        == 0
+    )
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "t.csv")
+    shown = table.set_index("number")["prune_reason"]
+    assert all(shown[t.number].startswith(f"pruned after fold {t.last_step} of 4") for t in pruned)
+    assert shown.drop([t.number for t in pruned]).isna().all()
+    page = write_report(study, tmp_path / "report.html").read_text()
+    assert "Why it was pruned" in page and f"#{pruned[0].number}" in page

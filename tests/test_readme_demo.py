@@ -28,8 +28,15 @@ def test_readme_demo_runs_from_a_clean_checkout(tmp_path):
     checkout = tmp_path / "checkout"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(checkout)], check=True)
     env = {**os.environ, "TLSEARCH_HOME": str(tmp_path / "home"), "TLSEARCH_CACHE_DIR": str(tmp_path / "cache")}
-    result = subprocess.run(f"{command} --n-trials 2 --workers 1 --progress log", shell=True, cwd=checkout,
-                            env=env, capture_output=True, text=True, timeout=840)
+    result = subprocess.run(
+        f"{command} --n-trials 2 --workers 1 --progress log",
+        shell=True,
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "best trial #" in result.stdout and "folds:" in result.stdout
     report = Path(re.search(r"report: (\S+)", result.stdout).group(1))

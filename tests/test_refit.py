@@ -10,7 +10,8 @@ import numpy as np
 import optuna
 import pytest
 
-from tlsearch import runner
+import tlsearch
+from tlsearch import driver, study_attrs
 from tlsearch.errors import TLSearchError
 from tlsearch.refit import UnsafeModelError, load_model, refit
 from tlsearch.stores import Stores
@@ -18,7 +19,7 @@ from tlsearch.study import load_study_file
 
 pytestmark = pytest.mark.timeout(300)
 
-SKLEARN_STUDY = '''
+SKLEARN_STUDY = """
 import tlsearch
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
@@ -30,9 +31,9 @@ def space(trial):
 study = tlsearch.StudySpec(name="wine-refit", dataset="sklearn:wine", space=space,
                            model=tlsearch.SklearnModel(lambda p: make_pipeline(StandardScaler(), LogisticRegression(C=p["C"]))),
                            cv=3, metric="accuracy", n_trials=3)
-'''
+"""
 
-KERAS_STUDY = '''
+KERAS_STUDY = """
 import keras
 import tlsearch
 
@@ -48,15 +49,15 @@ def build(params, input_shape, n_classes):
 study = tlsearch.StudySpec(name="iris-refit", dataset="sklearn:iris", space=space,
                            model=tlsearch.KerasModel(build, epochs=2, batch_size=16), cv=2,
                            metric="accuracy", n_trials=2)
-'''
+"""
 
-PREDICT = '''
+PREDICT = """
 import sys, numpy as np, tlsearch
 from sklearn.datasets import load_{dataset}
 model = tlsearch.load_model(sys.argv[1], home=sys.argv[2])
 X = load_{dataset}(return_X_y=True)[0]
 np.save(sys.argv[3], np.asarray(model.predict(X)))
-'''
+"""
 
 
 def _run_and_refit(tmp_path, source, dataset):
@@ -64,7 +65,7 @@ def _run_and_refit(tmp_path, source, dataset):
     study_file.write_text(source)
     spec = load_study_file(study_file)
     stores = Stores(home=tmp_path / "home")
-    runner.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
+    driver.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
     record, path = refit(spec.name, stores=stores)
     model = load_model(spec.name, stores=stores)
     from sklearn import datasets
@@ -75,7 +76,10 @@ def _run_and_refit(tmp_path, source, dataset):
     script.write_text(PREDICT.format(dataset=dataset))
     out = tmp_path / "predictions.npy"
     subprocess.run([sys.executable, str(script), spec.name, str(stores.home), str(out)], check=True, cwd=tmp_path)
-    np.testing.assert_allclose(np.load(out), before, rtol=1e-6, atol=1e-6)
+    if before.dtype.kind in "US":  # a classifier's original labels
+        np.testing.assert_array_equal(np.load(out), before)
+    else:
+        np.testing.assert_allclose(np.load(out), before, rtol=1e-6, atol=1e-6)
     return spec, stores, record, path
 
 
@@ -86,7 +90,7 @@ def sklearn_refit(tmp_path_factory):
 
 def test_sklearn_refit_round_trip_in_a_fresh_process(sklearn_refit):
     spec, stores, record, path = sklearn_refit
-    study = runner.load(stores, spec.name)
+    study = study_attrs.load(stores, spec.name)
     assert record.trial_number == study.best_trial.number and record.format == "skops"
     assert record.params == study.best_trial.params and record.cv_score == study.best_value
     assert path.suffix == ".skops"
@@ -94,18 +98,22 @@ def test_sklearn_refit_round_trip_in_a_fresh_process(sklearn_refit):
 
 def test_keras_refit_round_trip_in_a_fresh_process(tmp_path):
     spec, stores, record, path = _run_and_refit(tmp_path, KERAS_STUDY, "iris")
-    assert record.format == "keras" and record.classes == [0, 1, 2]
+    assert record.format == "keras" and record.classes == ["setosa", "versicolor", "virginica"]
+    model = load_model(spec.name, stores=stores)
+    from sklearn.datasets import load_iris
+
+    assert set(tlsearch.predict(model, load_iris().data)) <= {"setosa", "versicolor", "virginica"}
 
 
 def test_model_of_a_changed_dataset_is_refused(sklearn_refit):
     spec, stores, record, _ = sklearn_refit
-    study = runner.load(stores, spec.name)
-    study._storage.set_study_system_attr(study._study_id, runner.ATTR_DATASET_HASH, "0" * 64)
+    study = study_attrs.load(stores, spec.name)
+    study_attrs.write(study, study_attrs.DATASET_HASH, "0" * 64)
     try:
         with pytest.raises(TLSearchError, match="refit it again"):
             load_model(spec.name, stores=stores)
     finally:
-        study._storage.set_study_system_attr(study._study_id, runner.ATTR_DATASET_HASH, record.dataset_hash)
+        study_attrs.write(study, study_attrs.DATASET_HASH, record.dataset_hash)
 
 
 def test_tampered_model_is_refused(sklearn_refit, tmp_path):
@@ -127,11 +135,11 @@ def test_study_without_refit_says_how_to_make_one(tmp_path):
 
 def test_test_holdout_is_never_cross_validated_and_scores_the_refit(tmp_path):
     study_file = tmp_path / "study.py"
-    study_file.write_text(SKLEARN_STUDY.replace('n_trials=3)', 'n_trials=2, holdout=0.25)'))
+    study_file.write_text(SKLEARN_STUDY.replace("n_trials=3)", "n_trials=2, holdout=0.25)"))
     spec = load_study_file(study_file)
     stores = Stores(home=tmp_path / "home")
-    study = runner.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
-    plan = stores.dataset_store().get_fold_plan(runner.system_attrs(study)[runner.ATTR_FOLD_PLAN])
+    study = driver.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
+    plan = stores.dataset_store().get_fold_plan(study_attrs.read(study)[study_attrs.FOLD_PLAN])
     from sklearn.datasets import load_wine
 
     X, y = load_wine(return_X_y=True)
@@ -181,3 +189,34 @@ def test_keras_model_with_an_unregistered_custom_object_is_refused(tmp_path):
             archive.writestr(name, data)
     with pytest.raises(UnsafeModelError, match="attacker.layers.Boom"):
         load_model_file(path)
+
+
+MEDALS_STUDY = """
+import tlsearch
+from sklearn.linear_model import LogisticRegression
+
+study = tlsearch.StudySpec(name="medals", dataset="medals", model=tlsearch.SklearnModel(lambda p: LogisticRegression()),
+                           space=lambda trial: {}, cv=2, metric="accuracy", n_trials=1)
+"""
+
+
+def test_the_refit_model_predicts_the_original_labels(tmp_path):
+    from tlsearch import cli
+
+    rng = np.random.default_rng(0)
+    score = rng.normal(size=60)
+    medal = np.where(score > 0.5, "gold", np.where(score > -0.5, "silver", "bronze"))
+    csv = tmp_path / "medals.csv"
+    csv.write_text("score,medal\n" + "".join(f"{s},{m}\n" for s, m in zip(score, medal)))
+    home = str(tmp_path / "home")
+    assert cli.main(["dataset", "push", "medals", str(csv), "--label", "medal", "--home", home, "-q"]) == 0
+    study_file = tmp_path / "study.py"
+    study_file.write_text(MEDALS_STUDY)
+    stores = Stores(home=tmp_path / "home")
+    driver.run(load_study_file(study_file), stores=stores, n_workers=1, progress="off", study_file=study_file)
+    record, _ = refit("medals", stores=stores)
+    assert record.classes == ["bronze", "gold", "silver"]
+    model = load_model("medals", stores=stores)
+    assert list(model.classes_) == ["bronze", "gold", "silver"]
+    predicted = tlsearch.predict(model, score.reshape(-1, 1))
+    assert set(predicted) <= {"bronze", "gold", "silver"} and (predicted == medal).mean() > 0.8

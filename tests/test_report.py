@@ -12,11 +12,20 @@ import numpy as np
 import optuna
 import pytest
 
+from tlsearch import study_attrs
 from tlsearch.report import write_report
-from tlsearch.runner import ATTR_DATASET_HASH
+from tlsearch.study_attrs import DATASET_HASH as ATTR_DATASET_HASH
 
-SECTIONS = ["Timeline", "Optimisation history", "Parameter importances", "Parallel coordinates", "Slice plots",
-            "Intermediate values per fold", "Fold scores of the top trials", "Top trials"]
+SECTIONS = [
+    "Timeline",
+    "Optimisation history",
+    "Parameter importances",
+    "Parallel coordinates",
+    "Slice plots",
+    "Intermediate values per fold",
+    "Fold scores of the top trials",
+    "Top trials",
+]
 HOSTILE = "<script>alert('x')</script>"
 
 
@@ -93,14 +102,22 @@ def test_report_of_a_small_study_has_every_section(toy_study, tmp_path):
 
 def test_top_trials_table_is_ranked_and_bounded_by_top_k(toy_study, tmp_path):
     page = _write(toy_study, tmp_path, top_k=3)
-    table = page[page.index('<table class="trials">'):]
+    table = page[page.index('<table class="trials">') :]
     numbers = [int(n) for n in re.findall(r"<tr><td>#(\d+)</td>", table)]
     best = sorted(toy_study.trials, key=lambda t: -t.value)[:3]
     assert numbers == [t.number for t in best]
 
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-FIGURE_SLUGS = ["timeline", "history", "importances", "parallel-coordinates", "slices", "intermediate-values", "fold-spread"]
+FIGURE_SLUGS = [
+    "timeline",
+    "history",
+    "importances",
+    "parallel-coordinates",
+    "slices",
+    "intermediate-values",
+    "fold-spread",
+]
 
 
 def _write_with_pngs(study: optuna.Study, tmp_path) -> tuple[str, dict[str, bytes]]:
@@ -159,8 +176,16 @@ def test_multi_objective_pngs_have_one_figure_per_objective(tmp_path):
     study.set_metric_names(["loss", "accuracy"])
     study.optimize(lambda t: (t.suggest_float("x", 0, 1), t.suggest_float("y", 0, 1)), n_trials=12)
     _, pngs = _write_with_pngs(study, tmp_path)
-    assert sorted(pngs) == ["importances-1", "importances-2", "parallel-coordinates-1", "parallel-coordinates-2",
-                            "pareto-front", "slices-1", "slices-2", "timeline"]
+    assert sorted(pngs) == [
+        "importances-1",
+        "importances-2",
+        "parallel-coordinates-1",
+        "parallel-coordinates-2",
+        "pareto-front",
+        "slices-1",
+        "slices-2",
+        "timeline",
+    ]
     _assert_valid_pngs(pngs)
 
 
@@ -177,7 +202,8 @@ def test_a_png_that_fails_costs_one_warning_naming_its_section(toy_study, tmp_pa
     assert len(caught) == 1
     assert "Slice plots" in str(caught[0].message) and "no slices today" in str(caught[0].message)
     assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(
-        f"report-{slug}.png" for slug in FIGURE_SLUGS if slug != "slices")
+        f"report-{slug}.png" for slug in FIGURE_SLUGS if slug != "slices"
+    )
     page = path.read_text(encoding="utf-8")
     assert "report-slices.png" not in page and "report-history.png" in page
     assert _h2(page) == SECTIONS
@@ -261,7 +287,7 @@ def test_single_complete_trial_skips_importances(tmp_path):
 
 def test_everything_from_the_study_is_escaped(tmp_path):
     study = _study(HOSTILE)
-    study._storage.set_study_system_attr(study._study_id, ATTR_DATASET_HASH, HOSTILE)
+    study_attrs.write(study, ATTR_DATASET_HASH, HOSTILE)
 
     def objective(trial):
         trial.suggest_categorical(HOSTILE, [HOSTILE, "b"])

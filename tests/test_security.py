@@ -18,14 +18,14 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from tlsearch import cli, runner
+from tlsearch import cli, driver, study_attrs
 from tlsearch.refit import ATTR_REFIT, RefitRecord, UnsafeModelError, _sha256, load_model, refit
 from tlsearch.stores import Stores
 from tlsearch.study import load_study_file
 
 pytestmark = pytest.mark.timeout(300)
 
-STUDY = '''
+STUDY = """
 import tlsearch
 from sklearn.linear_model import LogisticRegression
 
@@ -35,13 +35,13 @@ def space(trial):
 study = tlsearch.StudySpec(name="wine-sec", dataset="sklearn:wine", space=space,
                            model=tlsearch.SklearnModel(lambda p: LogisticRegression(C=p["C"], max_iter=200)),
                            cv=2, metric="accuracy", n_trials=2)
-'''
+"""
 
-EVIL_STUDY = '''
+EVIL_STUDY = """
 import pathlib
 pathlib.Path({proof!r}).write_text("the attacker's study file ran")
 raise SystemExit("attacker code ran")
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -61,23 +61,42 @@ def refitted(tmp_path_factory, data_dir):
     study_file.write_text(STUDY)
     spec = load_study_file(study_file)
     stores = Stores(home=tmp / "home")
-    runner.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
+    driver.run(spec, stores=stores, n_workers=1, progress="off", study_file=study_file)
     refit(spec.name, stores=stores)
     return stores, spec.name, study_file, tmp
 
 
 def _set_attr(stores, name, key, value):
-    study = runner.load(stores, name)
-    study._storage.set_study_system_attr(study._study_id, key, value)
+    study = study_attrs.load(stores, name)
+    study_attrs.write(study, key, value)
 
 
 def _exec_skops(code: str) -> bytes:
     """A .skops file whose schema calls builtins.exec(code) when loaded (ConstructorFromReduceNode)."""
-    schema = {"__class__": "exec", "__module__": "builtins", "__loader__": "ConstructorFromReduceNode",
-              "content": {"__class__": "tuple", "__module__": "builtins", "__loader__": "TupleNode",
-                          "content": [{"__class__": "str", "__module__": "builtins", "__loader__": "JsonNode",
-                                       "content": json.dumps(code), "is_json": True, "__id__": 2}], "__id__": 1},
-              "__id__": 0, "protocol": 2, "_skops_version": "0.16.0"}
+    schema = {
+        "__class__": "exec",
+        "__module__": "builtins",
+        "__loader__": "ConstructorFromReduceNode",
+        "content": {
+            "__class__": "tuple",
+            "__module__": "builtins",
+            "__loader__": "TupleNode",
+            "content": [
+                {
+                    "__class__": "str",
+                    "__module__": "builtins",
+                    "__loader__": "JsonNode",
+                    "content": json.dumps(code),
+                    "is_json": True,
+                    "__id__": 2,
+                }
+            ],
+            "__id__": 1,
+        },
+        "__id__": 0,
+        "protocol": 2,
+        "_skops_version": "0.16.0",
+    }
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("schema.json", json.dumps(schema))
@@ -89,7 +108,7 @@ def test_skops_calling_exec_with_every_hash_updated_is_refused(refitted, tmp_pat
     proof = tmp_path / "proof"
     evil = tmp_path / "evil.skops"
     evil.write_bytes(_exec_skops(f"open({str(proof)!r}, 'w').write('pwned')"))
-    record = RefitRecord(**runner.system_attrs(runner.load(stores, name))[ATTR_REFIT])
+    record = RefitRecord(**study_attrs.read(study_attrs.load(stores, name))[ATTR_REFIT])
     with open(evil, "rb") as file:
         stores.artifact_store().write(record.artifact_id, file)
     _set_attr(stores, name, ATTR_REFIT, asdict(replace(record, sha256=_sha256(evil))))
@@ -106,7 +125,7 @@ def test_model_file_name_from_the_store_never_becomes_a_path(refitted, tmp_path,
     target = tmp_path / "outside" / "proof.skops"
     target.parent.mkdir()
     filename = str(target) if filename == "ABSOLUTE" else filename
-    record = RefitRecord(**runner.system_attrs(runner.load(stores, name))[ATTR_REFIT])
+    record = RefitRecord(**study_attrs.read(study_attrs.load(stores, name))[ATTR_REFIT])
     _set_attr(stores, name, ATTR_REFIT, asdict(replace(record, filename=filename)))
     try:
         with pytest.raises(UnsafeModelError, match="filename"):
@@ -121,7 +140,7 @@ def test_stored_study_file_path_is_never_imported(refitted, tmp_path, monkeypatc
     proof = tmp_path / "proof"
     evil = tmp_path / "evil_study.py"
     evil.write_text(EVIL_STUDY.format(proof=str(proof)))
-    _set_attr(stores, name, runner.ATTR_STUDY_FILE, str(evil))
+    _set_attr(stores, name, study_attrs.STUDY_FILE, str(evil))
     try:
         # On another machine (no record here): refused, the store's path only named as a hint.
         monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "other-machine"))
@@ -132,11 +151,15 @@ def test_stored_study_file_path_is_never_imported(refitted, tmp_path, monkeypatc
         assert not proof.exists()
         # On the machine that ran it: the recorded file runs, not the store's.
         monkeypatch.undo()
-        assert cli.main(["resume", name, "--home", str(stores.home), "--n-trials", "2", "--no-report",
-                         "--progress", "off"]) == 0
+        assert (
+            cli.main(
+                ["resume", name, "--home", str(stores.home), "--n-trials", "2", "--no-report", "--progress", "off"]
+            )
+            == 0
+        )
         assert not proof.exists()
     finally:
-        _set_attr(stores, name, runner.ATTR_STUDY_FILE, str(study_file))
+        _set_attr(stores, name, study_attrs.STUDY_FILE, str(study_file))
 
 
 def test_changed_study_file_runs_only_after_a_warning(refitted, tmp_path):
@@ -147,14 +170,19 @@ def test_changed_study_file_runs_only_after_a_warning(refitted, tmp_path):
     study_file.write_text(original + "\n# edited after the run\n")
     try:
         with pytest.warns(StudyFileChangedWarning, match="changed since"):
-            assert cli.main(["resume", name, "--home", str(stores.home), "--n-trials", "2", "--no-report",
-                             "--progress", "off"]) == 0
+            assert (
+                cli.main(
+                    ["resume", name, "--home", str(stores.home), "--n-trials", "2", "--no-report", "--progress", "off"]
+                )
+                == 0
+            )
     finally:
         study_file.write_text(original)
 
 
-def test_forged_fold_plan_reference_touches_nothing_outside_the_cache(tmp_path, mongo_uri, mongo_db_name,
-                                                                      mongo_client, monkeypatch, capsys):
+def test_forged_fold_plan_reference_touches_nothing_outside_the_cache(
+    tmp_path, mongo_uri, mongo_db_name, mongo_client, monkeypatch, capsys
+):
     cache = tmp_path / "cache"
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -164,14 +192,29 @@ def test_forged_fold_plan_reference_touches_nothing_outside_the_cache(tmp_path, 
     study_file = tmp_path / "study.py"
     study_file.write_text(STUDY)
     stores = Stores(mongo_uri, mongo_db_name, home=tmp_path / "home")
-    runner.run(load_study_file(study_file), stores=stores, n_workers=1, progress="off", study_file=study_file)
+    driver.run(load_study_file(study_file), stores=stores, n_workers=1, progress="off", study_file=study_file)
     plans = mongo_client[mongo_db_name]["fold_plans"]
     forged = "../../victim"  # cache/plans/../../victim is tmp_path/victim
-    plan = runner.system_attrs(runner.load(stores, "wine-sec"))[runner.ATTR_FOLD_PLAN]
+    plan = study_attrs.read(study_attrs.load(stores, "wine-sec"))[study_attrs.FOLD_PLAN]
     plans.insert_one({**plans.find_one({"_id": plan}), "_id": forged})
-    _set_attr(stores, "wine-sec", runner.ATTR_FOLD_PLAN, forged)
-    code = cli.main(["resume", "wine-sec", "--mongo", mongo_uri, "--database", mongo_db_name, "--home",
-                     str(stores.home), "--n-trials", "4", "--no-report", "--progress", "off"])
+    _set_attr(stores, "wine-sec", study_attrs.FOLD_PLAN, forged)
+    code = cli.main(
+        [
+            "resume",
+            "wine-sec",
+            "--mongo",
+            mongo_uri,
+            "--database",
+            mongo_db_name,
+            "--home",
+            str(stores.home),
+            "--n-trials",
+            "4",
+            "--no-report",
+            "--progress",
+            "off",
+        ]
+    )
     assert code == 1
     assert "fold plan hash" in capsys.readouterr().err
     assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"]
@@ -179,7 +222,7 @@ def test_forged_fold_plan_reference_touches_nothing_outside_the_cache(tmp_path, 
 
 # -- network -------------------------------------------------------------------------------------------
 
-WORKER_PROBE = '''
+WORKER_PROBE = """
 import json, socket, subprocess, sys, time
 import distributed
 from distributed.comm import get_address_host, get_address_host_port
@@ -201,7 +244,7 @@ with distributed.LocalCluster(n_workers=0, host={host!r}, dashboard_address=None
     finally:
         worker.terminate()
         worker.wait(30)
-'''
+"""
 
 
 def test_tlsearch_worker_does_not_listen_on_a_non_loopback_address_by_default(tmp_path):
@@ -211,8 +254,12 @@ def test_tlsearch_worker_does_not_listen_on_a_non_loopback_address_by_default(tm
     script = tmp_path / "probe.py"
     script.write_text(WORKER_PROBE.format(host=host))
     setup = f"ip link set lo up && ip addr add {host}/32 dev lo"
-    probe = subprocess.run(["unshare", "--net", "sh", "-c", f"{setup} && exec {sys.executable} {script}"],
-                           capture_output=True, text=True, timeout=240)
+    probe = subprocess.run(
+        ["unshare", "--net", "sh", "-c", f"{setup} && exec {sys.executable} {script}"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     if probe.returncode != 0 and "unshare" in probe.stderr and "Operation not permitted" in probe.stderr:
         pytest.skip("needs a network namespace of its own (root, or user namespaces)")
     assert probe.returncode == 0, probe.stderr[-2000:]
@@ -227,11 +274,39 @@ def _certificates(folder):
         pytest.skip("needs the openssl command to make test certificates")
     ca_key, ca, key, request, cert = (folder / n for n in ("ca.key", "ca.pem", "node.key", "node.csr", "node.pem"))
     commands = [
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca, "-days", "1",
-         "-subj", "/CN=tlsearch test CA"],
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            ca_key,
+            "-out",
+            ca,
+            "-days",
+            "1",
+            "-subj",
+            "/CN=tlsearch test CA",
+        ],
         ["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", request, "-subj", "/CN=127.0.0.1"],
-        ["openssl", "x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
-         "-days", "1"],
+        [
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            request,
+            "-CA",
+            ca,
+            "-CAkey",
+            ca_key,
+            "-CAcreateserial",
+            "-out",
+            cert,
+            "-days",
+            "1",
+        ],
     ]
     for command in commands:
         subprocess.run([str(c) for c in command], check=True, capture_output=True)
@@ -248,18 +323,37 @@ def test_tls_secured_cluster_runs_a_study_end_to_end(tmp_path, data_dir, capsys)
     security = tls_security(str(ca), str(cert), str(key))
     study_file = tmp_path / "study.py"
     study_file.write_text(STUDY)
-    with distributed.LocalCluster(n_workers=0, host="127.0.0.1", protocol="tls", security=security,
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=0, host="127.0.0.1", protocol="tls", security=security, dashboard_address=None
+    ) as cluster:
         address = cluster.scheduler_address
         assert address.startswith("tls://")
-        worker = subprocess.Popen([sys.executable, "-m", "tlsearch", "worker", "--scheduler", address,
-                                   "--cpu-workers", "1", *tls])
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "tlsearch", "worker", "--scheduler", address, "--cpu-workers", "1", *tls]
+        )
         try:
             with distributed.Client(cluster, security=security) as client:
                 client.wait_for_workers(1, timeout=60)
                 assert all(a.startswith("tls://127.0.0.1:") for a in client.scheduler_info()["workers"])
-            assert cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--scheduler", address,
-                             "--n-trials", "2", "--no-report", "--progress", "off", *tls]) == 0
+            assert (
+                cli.main(
+                    [
+                        "run",
+                        str(study_file),
+                        "--home",
+                        str(tmp_path / "home"),
+                        "--scheduler",
+                        address,
+                        "--n-trials",
+                        "2",
+                        "--no-report",
+                        "--progress",
+                        "off",
+                        *tls,
+                    ]
+                )
+                == 0
+            )
             assert "best" in capsys.readouterr().out.lower()
             # Without the certificates, the same cluster does not talk.
             plain = ["run", str(study_file), "--home", str(tmp_path / "home"), "--n-trials", "3", "--no-report"]
@@ -279,8 +373,10 @@ def test_incomplete_tls_options_are_refused(tmp_path, capsys):
 
 # -- bad input: one clear line each ------------------------------------------------------------------------
 
-def test_full_disk_while_caching_is_one_clear_line_and_leaves_nothing_half_written(tmp_path, data_dir, capsys,
-                                                                                   monkeypatch):
+
+def test_full_disk_while_caching_is_one_clear_line_and_leaves_nothing_half_written(
+    tmp_path, data_dir, capsys, monkeypatch
+):
     import numpy as np
 
     from tlsearch.data import open_dataset_store
@@ -297,8 +393,19 @@ def test_full_disk_while_caching_is_one_clear_line_and_leaves_nothing_half_writt
             store.push("big", {"X": rng.random((3000, 100)), "y": rng.integers(0, 2, 3000)})
         study_file = tmp_path / "study.py"
         study_file.write_text(STUDY.replace('dataset="sklearn:wine"', 'dataset="big"'))
-        code = cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1",
-                         "--no-report", "--progress", "off"])
+        code = cli.main(
+            [
+                "run",
+                str(study_file),
+                "--home",
+                str(tmp_path / "home"),
+                "--workers",
+                "1",
+                "--no-report",
+                "--progress",
+                "off",
+            ]
+        )
         err = capsys.readouterr().err
         assert code == 1 and err.count("\n") == 1, err
         assert f"no space left in the dataset cache {cache}" in err and "TLSEARCH_CACHE_DIR" in err
@@ -312,8 +419,21 @@ def test_study_name_over_the_stores_limit_is_refused(tmp_path, data_dir, capsys)
     study_file = tmp_path / "study.py"
     study_file.write_text(STUDY)
     for name, says in (("n" * 300, "at most 200"), ("../escape", "no '/'")):
-        code = cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--name", name,
-                         "--workers", "1", "--no-report", "--progress", "off"])
+        code = cli.main(
+            [
+                "run",
+                str(study_file),
+                "--home",
+                str(tmp_path / "home"),
+                "--name",
+                name,
+                "--workers",
+                "1",
+                "--no-report",
+                "--progress",
+                "off",
+            ]
+        )
         err = capsys.readouterr().err
         assert code == 1 and err.count("\n") == 1 and says in err, err
     assert not (tmp_path / "escape.html").exists()

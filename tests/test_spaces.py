@@ -21,8 +21,12 @@ def new_trial(seed: int = 0) -> optuna.Trial:
 
 
 def test_dict_space_samples_distributions_and_passes_constants_through():
-    space = {"lr": FloatDistribution(1e-4, 1e-1, log=True), "layers": IntDistribution(1, 3),
-             "act": CategoricalDistribution(["relu", "tanh"]), "epochs": 5}
+    space = {
+        "lr": FloatDistribution(1e-4, 1e-1, log=True),
+        "layers": IntDistribution(1, 3),
+        "act": CategoricalDistribution(["relu", "tanh"]),
+        "epochs": 5,
+    }
     trial = new_trial()
     params = sample(trial, space)
     assert 1e-4 <= params["lr"] <= 1e-1 and params["layers"] in (1, 2, 3) and params["act"] in ("relu", "tanh")
@@ -32,8 +36,11 @@ def test_dict_space_samples_distributions_and_passes_constants_through():
 
 def test_function_spaces_compose_under_prefixes():
     def outer(trial):
-        return {"head": inner(scoped(trial, "head")), "body": inner(scoped(trial, "body")),
-                "batch": trial.suggest_categorical("batch", [32, 64])}
+        return {
+            "head": inner(scoped(trial, "head")),
+            "body": inner(scoped(trial, "body")),
+            "batch": trial.suggest_categorical("batch", [32, 64]),
+        }
 
     def inner(trial):
         return {"units": trial.suggest_int("units", 8, 64)}
@@ -55,13 +62,16 @@ def test_conditional_space_is_define_by_run():
     assert all("momentum" in p for p in sgd) and not any("momentum" in p for p in adam)
 
 
-@pytest.mark.parametrize("space, parameter, words", [
-    (lambda t: {"x": t.suggest_float("x", 1.0, 0.5)}, "x", "low"),
-    (lambda t: {"lr": t.suggest_float("lr", 0.0, 1.0, log=True)}, "lr", "log"),
-    (lambda t: {"n": t.suggest_int("n", 10, 1)}, "n", "low"),
-    (lambda t: {"act": t.suggest_categorical("act", [])}, "act", "choices"),
-    (lambda t: {"u": scoped(t, "mlp").suggest_int("units", 0, 8, log=True)}, "mlp.units", "log"),
-])
+@pytest.mark.parametrize(
+    "space, parameter, words",
+    [
+        (lambda t: {"x": t.suggest_float("x", 1.0, 0.5)}, "x", "low"),
+        (lambda t: {"lr": t.suggest_float("lr", 0.0, 1.0, log=True)}, "lr", "log"),
+        (lambda t: {"n": t.suggest_int("n", 10, 1)}, "n", "low"),
+        (lambda t: {"act": t.suggest_categorical("act", [])}, "act", "choices"),
+        (lambda t: {"u": scoped(t, "mlp").suggest_int("units", 0, 8, log=True)}, "mlp.units", "log"),
+    ],
+)
 def test_unsampleable_parameter_is_named_with_the_space(space, parameter, words):
     with pytest.raises(InvalidSpaceError) as raised:
         check_space(space, "my-space")

@@ -14,7 +14,7 @@ from sklearn.model_selection import GroupKFold
 from tlsearch.cv import AutoKFold
 from tlsearch.errors import TLSearchError
 from tlsearch.pruners import KFoldPruner
-from tlsearch.spaces import InvalidSpaceError
+from tlsearch.spaces import InvalidSpaceError, check_space
 from tlsearch.study import (
     CustomLoop,
     KerasModel,
@@ -52,17 +52,20 @@ def test_defaults():
     assert spec(cv=splitter).cv is splitter
 
 
-@pytest.mark.parametrize("model, metric, expected", [
-    (SklearnModel(logistic), "neg_log_loss", "maximize"),
-    (SklearnModel(logistic), "accuracy", "maximize"),
-    (KerasModel(lambda *a: None), None, "minimize"),
-    (KerasModel(lambda *a: None), "loss", "minimize"),
-    (KerasModel(lambda *a: None), "mean_squared_error", "minimize"),
-    (KerasModel(lambda *a: None), "accuracy", "maximize"),
-    (KerasModel(lambda *a: None), "neg_log_loss", "maximize"),
-    (CustomLoop(lambda *a: 0.0), "val_loss", "minimize"),
-    (CustomLoop(lambda *a: 0.0), None, "maximize"),
-])
+@pytest.mark.parametrize(
+    "model, metric, expected",
+    [
+        (SklearnModel(logistic), "neg_log_loss", "maximize"),
+        (SklearnModel(logistic), "accuracy", "maximize"),
+        (KerasModel(lambda *a: None), None, "minimize"),
+        (KerasModel(lambda *a: None), "loss", "minimize"),
+        (KerasModel(lambda *a: None), "mean_squared_error", "minimize"),
+        (KerasModel(lambda *a: None), "accuracy", "maximize"),
+        (KerasModel(lambda *a: None), "neg_log_loss", "maximize"),
+        (CustomLoop(lambda *a: 0.0), "val_loss", "minimize"),
+        (CustomLoop(lambda *a: 0.0), None, "maximize"),
+    ],
+)
 def test_direction_is_inferred_from_the_metric(model, metric, expected):
     assert spec(model=model, metric=metric).directions == (expected,)
 
@@ -72,45 +75,50 @@ def test_multi_objective():
     assert study.is_multi_objective and study.direction is None
     assert study.metric_names == ("accuracy", "neg_log_loss")
     assert isinstance(study.pruner, optuna.pruners.NopPruner)
-    created = study.create_study()
-    assert len(created.directions) == 2
+    assert len(study.directions) == 2
 
 
-@pytest.mark.parametrize("overrides, words", [
-    ({"name": ""}, "StudySpec.name"),
-    ({"dataset": None}, "StudySpec.dataset"),
-    ({"space": 3}, "StudySpec.space"),
-    ({"model": LogisticRegression()}, "StudySpec.model"),
-    ({"metric": "acuracy"}, "did you mean accuracy"),
-    ({"metric": ["accuracy", "f1_macro"], "direction": "maximize"}, "one direction per metric"),
-    ({"direction": "up"}, "'maximize' or 'minimize'"),
-    ({"direction": "maximize", "directions": ["maximize"]}, "give only one"),
-    ({"metric": ["accuracy", "f1_macro"], "pruner": optuna.pruners.MedianPruner()}, "multi-objective"),
-    ({"n_trials": 0}, "StudySpec.n_trials"),
-    ({"timeout": -1}, "StudySpec.timeout"),
-    ({"retries": -1}, "StudySpec.retries"),
-    ({"cv": 1}, "at least 2 folds"),
-    ({"cv": "kfold"}, "scikit-learn splitter"),
-    ({"sampler": "tpe"}, "Optuna sampler"),
-    ({"metric": ["accuracy", "accuracy"], "direction": ["maximize", "maximize"]}, "distinct"),
-    ({"callbacks": [1]}, "StudySpec.callbacks must be a list of functions"),
-    ({"callbacks": print}, "StudySpec.callbacks must be a list of functions"),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        ({"name": ""}, "StudySpec.name"),
+        ({"dataset": None}, "StudySpec.dataset"),
+        ({"space": 3}, "StudySpec.space"),
+        ({"model": LogisticRegression()}, "StudySpec.model"),
+        ({"metric": "acuracy"}, "did you mean accuracy"),
+        ({"metric": ["accuracy", "f1_macro"], "direction": "maximize"}, "one direction per metric"),
+        ({"direction": "up"}, "'maximize' or 'minimize'"),
+        ({"direction": "maximize", "directions": ["maximize"]}, "give only one"),
+        ({"metric": ["accuracy", "f1_macro"], "pruner": optuna.pruners.MedianPruner()}, "multi-objective"),
+        ({"n_trials": 0}, "StudySpec.n_trials"),
+        ({"timeout": -1}, "StudySpec.timeout"),
+        ({"retries": -1}, "StudySpec.retries"),
+        ({"cv": 1}, "at least 2 folds"),
+        ({"cv": "kfold"}, "scikit-learn splitter"),
+        ({"sampler": "tpe"}, "Optuna sampler"),
+        ({"metric": ["accuracy", "accuracy"], "direction": ["maximize", "maximize"]}, "distinct"),
+        ({"callbacks": [1]}, "StudySpec.callbacks must be a list of functions"),
+        ({"callbacks": print}, "StudySpec.callbacks must be a list of functions"),
+    ],
+)
 def test_bad_fields_fail_with_the_field_named(overrides, words):
     with pytest.raises(StudySpecError, match=words) as raised:
         spec(**overrides)
     assert isinstance(raised.value, TLSearchError) and "\n" not in str(raised.value)
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"build": 1}, "KerasModel.build"),
-    ({"epochs": 0}, "KerasModel.epochs"),
-    ({"early_stopping": 0}, "KerasModel.early_stopping"),
-    ({"fit_kwargs": {"epochs": 3}}, "must not set"),
-    ({"task": "ranking"}, "KerasModel.task"),
-    ({"fit_kwargs": {"callbacks": []}}, r"KerasModel.fit_kwargs must not set 'callbacks'.*KerasModel\(callbacks="),
-    ({"callbacks": [1]}, "KerasModel.callbacks must be a function"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"build": 1}, "KerasModel.build"),
+        ({"epochs": 0}, "KerasModel.epochs"),
+        ({"early_stopping": 0}, "KerasModel.early_stopping"),
+        ({"fit_kwargs": {"epochs": 3}}, "must not set"),
+        ({"task": "ranking"}, "KerasModel.task"),
+        ({"fit_kwargs": {"callbacks": []}}, r"KerasModel.fit_kwargs must not set 'callbacks'.*KerasModel\(callbacks="),
+        ({"callbacks": [1]}, "KerasModel.callbacks must be a function"),
+    ],
+)
 def test_keras_model_validates(kwargs, words):
     fields = {"build": lambda *a: None} | kwargs
     with pytest.raises(StudySpecError, match=words):
@@ -119,7 +127,7 @@ def test_keras_model_validates(kwargs, words):
 
 def test_check_fails_on_an_unsampleable_space():
     with pytest.raises(InvalidSpaceError, match="'bad-space'.*'C'"):
-        spec(name="bad-space", space=lambda t: {"C": t.suggest_float("C", 0, 1, log=True)}).check()
+        check_space(lambda t: {"C": t.suggest_float("C", 0, 1, log=True)}, "bad-space")
 
 
 def write(path: Path, text: str) -> Path:
@@ -158,7 +166,7 @@ def test_load_study_file_errors(tmp_path):
         load_study_file(write(tmp_path / "syntax.py", "def (:\n"))
     with pytest.raises(StudyFileError, match="failed to import.*StudySpecError: StudySpec.name"):
         load_study_file(write(tmp_path / "invalid.py", GOOD_FILE.format(name="")))
-    with pytest.raises(StudyFileError, match="defines no module variable `study`"):
+    with pytest.raises(StudyFileError, match="defines no module variable `spec`"):
         load_study_file(write(tmp_path / "empty.py", "x = 1\n"))
     with pytest.raises(StudyFileError, match="is a dict, not a tlsearch.StudySpec"):
         load_study_file(write(tmp_path / "wrong.py", "study = {}\n"))
@@ -167,13 +175,16 @@ def test_load_study_file_errors(tmp_path):
 @pytest.mark.parametrize("file_name", ["digits_mlp.py", "wine_sklearn.py", "images_cnn.py"])
 def test_shipped_study_files_load_and_check(file_name):
     study = load_study_file(STUDIES / file_name)
-    study.check()
+    check_space(study.space, study.name)
     assert study.dataset.startswith("sklearn:") and study.n_trials
 
 
 def test_digits_study_file_stays_tiny():
-    lines = [line for line in (STUDIES / "digits_mlp.py").read_text().splitlines()
-             if line.strip() and not line.strip().startswith("#")]
+    lines = [
+        line
+        for line in (STUDIES / "digits_mlp.py").read_text().splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
     assert len(lines) <= 25
 
 
@@ -181,7 +192,9 @@ def test_loading_a_scikit_learn_study_does_not_import_keras():
     import subprocess
     import sys
 
-    code = ("import sys; from tlsearch.study import load_study_file; "
-            f"load_study_file({str(STUDIES / 'wine_sklearn.py')!r}).check(); "
-            "assert 'keras' not in sys.modules and 'tensorflow' not in sys.modules")
+    code = (
+        "import sys; from tlsearch.study import load_study_file; from tlsearch.spaces import check_space; "
+        f"spec = load_study_file({str(STUDIES / 'wine_sklearn.py')!r}); check_space(spec.space, spec.name); "
+        "assert 'keras' not in sys.modules and 'tensorflow' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import re
 import sys
 
@@ -15,7 +14,7 @@ import pandas as pd
 import pytest
 
 import tlsearch
-from tlsearch import runner
+from tlsearch import study_attrs
 from tlsearch.cli import main
 from tlsearch.stores import Stores
 
@@ -23,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 # Six parameters (an old report drew them 300 px each in one figure); x < 0.25 fails, a first fold under 0.55
 # is pruned, the rest completes; the parameter `extra` exists only on half the trials.
-STUDY = '''
+STUDY = """
 import optuna
 import tlsearch
 
@@ -47,7 +46,7 @@ study = tlsearch.StudySpec(
     name="mixed", dataset="sklearn:iris", space=space, model=tlsearch.CustomLoop(fit),
     cv=3, metric="balanced_accuracy", direction="maximize", retries=0, n_trials=14,
     sampler=optuna.samplers.RandomSampler(seed=3), pruner=optuna.pruners.ThresholdPruner(lower=0.55))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +55,31 @@ def mixed_study(tmp_path_factory):
     (folder / "mixed.py").write_text(STUDY)
     home = folder / "home"
     assert main(["run", str(folder / "mixed.py"), "--home", str(home), "--workers", "1", "--progress", "off"]) == 0
-    study = runner.load(Stores.resolve(None, "tlsearch", home), "mixed")
+    study = study_attrs.load(Stores.resolve(None, "tlsearch", home), "mixed")
     states = {t.state for t in study.trials}
     assert {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL} <= states
     return home, study
 
 
-CV_COLUMNS = ["number", "rank_test_score", "mean_test_score", "std_test_score", "mean_fit_time", "std_fit_time",
-              "mean_score_time", "std_score_time", "split0_test_score", "split1_test_score", "split2_test_score",
-              "n_folds_run", "value_balanced_accuracy", "state", "datetime_start", "datetime_complete", "duration"]
+CV_COLUMNS = [
+    "number",
+    "rank_test_score",
+    "mean_test_score",
+    "std_test_score",
+    "mean_fit_time",
+    "std_fit_time",
+    "mean_score_time",
+    "std_score_time",
+    "split0_test_score",
+    "split1_test_score",
+    "split2_test_score",
+    "n_folds_run",
+    "value_balanced_accuracy",
+    "state",
+    "datetime_start",
+    "datetime_complete",
+    "duration",
+]
 
 
 def test_trials_table_has_cv_results_columns_in_scikit_learns_order(mixed_study, capsys):
@@ -72,7 +87,7 @@ def test_trials_table_has_cv_results_columns_in_scikit_learns_order(mixed_study,
     assert main(["trials", "mixed", "--home", str(home), "--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     columns = list(rows[0])
-    assert columns[:len(CV_COLUMNS)] == CV_COLUMNS
+    assert columns[: len(CV_COLUMNS)] == CV_COLUMNS
     params = [c for c in columns if c.startswith("params_")]
     assert params == sorted(params) == ["params_a", "params_b", "params_c", "params_d", "params_extra", "params_x"]
     assert columns.index("params_a") == len(CV_COLUMNS)  # params right after the times, conditional ones too
@@ -96,7 +111,7 @@ def test_trials_table_has_cv_results_columns_in_scikit_learns_order(mixed_study,
 def test_results_api_json_and_parquet_give_the_same_table(mixed_study, capsys, tmp_path):
     home, study = mixed_study
     frame = tlsearch.results("mixed", home=home)
-    assert isinstance(frame, pd.DataFrame) and list(frame.columns[:len(CV_COLUMNS)]) == CV_COLUMNS
+    assert isinstance(frame, pd.DataFrame) and list(frame.columns[: len(CV_COLUMNS)]) == CV_COLUMNS
     assert len(frame) == len(study.trials)
 
     assert main(["trials", "mixed", "--home", str(home), "--format", "json"]) == 0
@@ -112,7 +127,7 @@ def test_results_api_json_and_parquet_give_the_same_table(mixed_study, capsys, t
     assert read["mean_test_score"].equals(frame["mean_test_score"])
 
     pruned_only = tlsearch.results("mixed", home=home, states=(optuna.trial.TrialState.PRUNED,))
-    assert list(pruned_only.columns[:len(CV_COLUMNS)]) == CV_COLUMNS and set(pruned_only["state"]) == {"PRUNED"}
+    assert list(pruned_only.columns[: len(CV_COLUMNS)]) == CV_COLUMNS and set(pruned_only["state"]) == {"PRUNED"}
 
 
 def test_parquet_without_pyarrow_names_the_extra(mixed_study, capsys, monkeypatch, tmp_path):
@@ -128,21 +143,21 @@ def test_report_of_a_run_shows_failures_timeline_pruned_trials_hashes_and_metric
     path = home / "mixed.html"
     assert main(["report", "mixed", "--home", str(home), "-o", str(path)]) == 0
     page = path.read_text(encoding="utf-8")
-    attrs = runner.system_attrs(study)
-    assert attrs[runner.ATTR_DATASET_HASH] in page and attrs[runner.ATTR_FOLD_PLAN] in page
+    attrs = study_attrs.read(study)
+    assert attrs[study_attrs.DATASET_HASH] in page and attrs[study_attrs.FOLD_PLAN] in page
     assert "balanced_accuracy (maximize)" in page
 
     headings = re.findall(r"<h2>(.*?)</h2>", page)
     assert headings[:3] == ["Failures", "Timeline", "Optimisation history"]
     failed = [t.number for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
-    failures = page[page.index('<section id="failures">'):page.index('<section id="timeline">')]
+    failures = page[page.index('<section id="failures">') : page.index('<section id="timeline">')]
     assert f"<td>ValueError</td><td>{len(failed)}</td>" in failures
     assert ", ".join(f"#{n}" for n in failed) in failures and "is too small for this model" in failures
     assert page.count("Pruned (last reported value)") == 2  # history and per-fold values
 
     widths = [int(w) for w in re.findall(r'"width":\s*(\d+)', page)]
     assert not [w for w in widths if w > 1000], "a figure wider than the page"
-    slices = page[page.index('<section id="slices">'):page.index('<section id="intermediate-values">')]
+    slices = page[page.index('<section id="slices">') : page.index('<section id="intermediate-values">')]
     assert slices.count('class="plotly-graph-div"') == 6 and '<div class="grid">' in slices
 
 

@@ -23,11 +23,12 @@ _EXPORTS = {
     "CustomLoop": "tlsearch.study",
     "load_study_file": "tlsearch.study",
     # running it
-    "run": "tlsearch.runner",
+    "run": "tlsearch.driver",
     # what it found
-    "results": "tlsearch.results",
+    "results": "tlsearch.trials_table",
     # the best model
     "load_model": "tlsearch.refit",
+    "predict": "tlsearch.refit",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -36,8 +37,6 @@ __all__ = ["__version__", *_EXPORTS]
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module 'tlsearch' has no attribute {name!r}")
-    module = importlib.import_module(_EXPORTS[name])
-    # `results` is a submodule and a function: the submodule, which calls the function when called.
-    value = module if module.__name__ == f"{__name__}.{name}" else getattr(module, name)
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
     globals()[name] = value
     return value

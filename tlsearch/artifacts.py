@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import threading
+from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -17,13 +18,15 @@ import pymongo
 from gridfs.errors import CorruptGridFile
 from optuna.artifacts import FileSystemArtifactStore
 from optuna.artifacts.exceptions import ArtifactNotFound
-from pymongo.errors import CursorNotFound
+
+from tlsearch.config import DEFAULT_DATABASE
+from tlsearch.mongo import GridFSDamagedError, connect, read_gridfs_chunks
 
 if TYPE_CHECKING:
-    from optuna.artifacts._protocol import ArtifactStore
     from pymongo.collection import Collection
-    from pymongo.cursor import Cursor
     from pymongo.database import Database
+
+    from tlsearch._optuna_compat import ArtifactStore
 
 __all__ = ["MongoArtifactStore", "open_artifact_store"]
 
@@ -43,8 +46,14 @@ class MongoArtifactStore:
     built from a `MongoClient`, it uses that client and cannot be pickled.
     """
 
-    def __init__(self, url_or_client: str | pymongo.MongoClient, database: str = "tlsearch", *,
-                 bucket: str = "artifacts", chunk_size_bytes: int = 1024 * 1024) -> None:
+    def __init__(
+        self,
+        url_or_client: str | pymongo.MongoClient,
+        database: str = DEFAULT_DATABASE,
+        *,
+        bucket: str = "artifacts",
+        chunk_size_bytes: int = 1024 * 1024,
+    ) -> None:
         if not isinstance(url_or_client, (str, pymongo.MongoClient)):
             raise TypeError(f"url_or_client must be a MongoDB URL or a MongoClient, got {type(url_or_client).__name__}")
         if chunk_size_bytes < 1:
@@ -107,7 +116,7 @@ class MongoArtifactStore:
         if self._client is None:
             with self._connect_lock:
                 if self._client is None:
-                    self._client = pymongo.MongoClient(self._url)
+                    self._client = connect(self._url, appname="tlsearch-artifacts")
         return self._client[self._database_name]
 
     @property
@@ -157,12 +166,11 @@ class _GridFSChunkReader(io.RawIOBase):
         self.length: int = file_doc["length"]
         self.chunk_size: int = file_doc["chunkSize"]
         self._n_chunks = -(-self.length // self.chunk_size)
-        self._batch_size = max(1, _READ_BATCH_BYTES // self.chunk_size)
         self._position = 0
         self._chunk_n = -1  # index of the chunk held in self._chunk_data
         self._chunk_data = b""
-        self._cursor: Cursor | None = None
-        self._cursor_next_n = 0  # the chunk index the open cursor yields next
+        self._reading: Generator[bytes, None, None] | None = None  # the chunks from self._next_n on
+        self._next_n = 0
 
     def readable(self) -> bool:
         return True
@@ -193,46 +201,37 @@ class _GridFSChunkReader(io.RawIOBase):
             self._chunk_data = self._fetch_chunk(n)
             self._chunk_n = n
         view = memoryview(buffer).cast("B")
-        piece = self._chunk_data[start:start + len(view)]
-        view[:len(piece)] = piece
+        piece = self._chunk_data[start : start + len(view)]
+        view[: len(piece)] = piece
         self._position += len(piece)
         return len(piece)
 
     def close(self) -> None:
-        if self._cursor is not None:
-            self._cursor.close()
-            self._cursor = None
+        self._stop_reading()
         self._chunk_data = b""
         super().close()
 
-    def _fetch_chunk(self, n: int) -> bytes:
-        if self._cursor is None or self._cursor_next_n != n:
-            self._open_cursor(n)
-        try:
-            doc = next(self._cursor)
-        except StopIteration:
-            doc = None
-        except CursorNotFound:  # the server dropped an idle cursor (a slow consumer): resume where we were
-            self._open_cursor(n)
-            doc = next(self._cursor, None)
-        if doc is None or doc["n"] != n:
-            raise CorruptGridFile(f"GridFS file {self._file_id} is missing chunk {n} of {self._n_chunks} "
-                                  "(deleted or replaced while being read?)")
-        data = doc["data"]
-        expected = self.chunk_size if n < self._n_chunks - 1 else self.length - n * self.chunk_size
-        if len(data) != expected:
-            raise CorruptGridFile(f"GridFS file {self._file_id}: chunk {n} has {len(data)} bytes, expected {expected}")
-        self._cursor_next_n = n + 1
-        return data
+    def _stop_reading(self) -> None:
+        if self._reading is not None:
+            self._reading.close()  # closes its cursor
+            self._reading = None
 
-    def _open_cursor(self, n: int) -> None:
-        if self._cursor is not None:
-            self._cursor.close()
-        query: dict[str, Any] = {"files_id": self._file_id}
-        if n:
-            query["n"] = {"$gte": n}
-        self._cursor = self._chunks.find(query, {"_id": 0, "n": 1, "data": 1}).sort("n", 1).batch_size(self._batch_size)
-        self._cursor_next_n = n
+    def _fetch_chunk(self, n: int) -> bytes:
+        if self._reading is None or self._next_n != n:
+            self._stop_reading()
+            self._reading = read_gridfs_chunks(
+                self._chunks, self._file_id, self.length, self.chunk_size, first=n, batch_bytes=_READ_BATCH_BYTES
+            )
+        try:
+            data = next(self._reading)
+        except (StopIteration, GridFSDamagedError) as error:
+            self._stop_reading()
+            raise CorruptGridFile(
+                f"GridFS file {self._file_id} is missing chunk {n} of {self._n_chunks} or it is "
+                f"damaged ({error or 'truncated'}; deleted or replaced while being read?)"
+            ) from None
+        self._next_n = n + 1
+        return data
 
     def _check_not_closed(self) -> None:
         if self.closed:
@@ -244,7 +243,7 @@ def _check_artifact_id(artifact_id: str) -> None:
         raise ValueError(f"artifact_id must be a non-empty string, got {artifact_id!r}")
 
 
-def open_artifact_store(mongo_uri: str | None, *, database: str = "tlsearch", root: Path) -> ArtifactStore:
+def open_artifact_store(mongo_uri: str | None, *, database: str = DEFAULT_DATABASE, root: Path) -> ArtifactStore:
     """The artifact store next to the study store: GridFS when `mongo_uri` is given, else `root / "artifacts"`."""
     if mongo_uri:
         return MongoArtifactStore(mongo_uri, database)

@@ -40,8 +40,9 @@ LOCAL_CLUSTER_CONFIG = {
 LOOPBACK = "127.0.0.1"
 
 
-def tls_security(ca_file: str | None = None, cert: str | None = None,
-                 key: str | None = None) -> distributed.Security | None:
+def tls_security(
+    ca_file: str | None = None, cert: str | None = None, key: str | None = None
+) -> distributed.Security | None:
     """Dask TLS for every connection (driver, scheduler, workers), or None when no file is given.
 
     Each side presents `cert`/`key` and accepts only peers whose certificate `ca_file` signed.
@@ -55,15 +56,25 @@ def tls_security(ca_file: str | None = None, cert: str | None = None,
     for flag, value in files.items():
         if not os.path.isfile(value):
             raise TLSearchError(f"{flag} {value}: no such file")
-    return distributed.Security(tls_ca_file=ca_file, tls_client_cert=cert, tls_client_key=key,
-                                tls_scheduler_cert=cert, tls_scheduler_key=key, tls_worker_cert=cert,
-                                tls_worker_key=key, require_encryption=True)
+    return distributed.Security(
+        tls_ca_file=ca_file,
+        tls_client_cert=cert,
+        tls_client_key=key,
+        tls_scheduler_cert=cert,
+        tls_scheduler_key=key,
+        tls_worker_cert=cert,
+        tls_worker_key=key,
+        require_encryption=True,
+    )
 
 
 @contextlib.contextmanager
-def connect(scheduler: str | None = None, n_workers: int | None = None,
-            client: distributed.Client | None = None,
-            security: distributed.Security | None = None) -> Iterator[distributed.Client]:
+def connect(
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    client: distributed.Client | None = None,
+    security: distributed.Security | None = None,
+) -> Iterator[distributed.Client]:
     """A Dask client: `client` as given, one connected to `scheduler`, or a new LocalCluster.
 
     The local cluster has one single-threaded worker process per core (Keras keeps global state per
@@ -76,8 +87,10 @@ def connect(scheduler: str | None = None, n_workers: int | None = None,
         return
     if scheduler:
         if scheduler.startswith("tls://") and security is None:
-            raise TLSearchError(f"the scheduler at {scheduler} speaks TLS: pass --tls-ca-file, --tls-cert and "
-                                "--tls-key (or tls_ca_file, tls_cert, tls_key in the config file)")
+            raise TLSearchError(
+                f"the scheduler at {scheduler} speaks TLS: pass --tls-ca-file, --tls-cert and "
+                "--tls-key (or tls_ca_file, tls_cert, tls_key in the config file)"
+            )
         try:
             with distributed.Client(scheduler, timeout="10s", security=security) as remote:
                 yield remote
@@ -96,17 +109,27 @@ def connect(scheduler: str | None = None, n_workers: int | None = None,
 
 
 @contextlib.contextmanager
-def _local_cluster(n_workers: int, silence_logs: int,
-                   security: distributed.Security | None) -> Iterator[distributed.LocalCluster]:
+def _local_cluster(
+    n_workers: int, silence_logs: int, security: distributed.Security | None
+) -> Iterator[distributed.LocalCluster]:
     """A LocalCluster on 127.0.0.1 whose worker processes ignore Ctrl-C and SIGTERM (see `dask_setup`)."""
     try:
-        cluster = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                           host=LOOPBACK, dashboard_address=f"{LOOPBACK}:0",
-                                           protocol="tls" if security else None, security=security,
-                                           silence_logs=silence_logs, preload=[__name__])
+        cluster = distributed.LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            host=LOOPBACK,
+            dashboard_address=f"{LOOPBACK}:0",
+            protocol="tls" if security else None,
+            security=security,
+            silence_logs=silence_logs,
+            preload=[__name__],
+        )
     except Exception as error:  # e.g. a script without a main guard, re-run by each spawned worker
-        raise TLSearchError(f"the local Dask cluster did not start ({error}); if you call tlsearch.run from "
-                            'a script, put the call under `if __name__ == "__main__":`') from None
+        raise TLSearchError(
+            f"the local Dask cluster did not start ({error}); if you call tlsearch.run from "
+            'a script, put the call under `if __name__ == "__main__":`'
+        ) from None
     with cluster:
         yield cluster
 
@@ -194,16 +217,26 @@ def worker_specs(gpus: str, trials_per_gpu: int, cpu_workers: int | None = None)
         raise TLSearchError(f"--trials-per-gpu must be at least 1, got {trials_per_gpu}")
     ids = visible_gpus() if gpus == "all" else [g.strip() for g in gpus.split(",") if g.strip()]
     if not ids:
-        return [{"env": {"CUDA_VISIBLE_DEVICES": ""}, "resources": {}}
-                for _ in range(cpu_workers or os.cpu_count() or 1)]
+        return [
+            {"env": {"CUDA_VISIBLE_DEVICES": ""}, "resources": {}} for _ in range(cpu_workers or os.cpu_count() or 1)
+        ]
     share = 1.0 / trials_per_gpu
-    return [{"env": {"CUDA_VISIBLE_DEVICES": gpu}, "resources": {"GPU": share}}
-            for gpu in ids for _ in range(trials_per_gpu)]
+    return [
+        {"env": {"CUDA_VISIBLE_DEVICES": gpu}, "resources": {"GPU": share}}
+        for gpu in ids
+        for _ in range(trials_per_gpu)
+    ]
 
 
-async def run_workers(scheduler: str, specs: list[dict], *, host: str = LOOPBACK,
-                      listen_address: str | None = None, dashboard_address: str | None = None,
-                      security: distributed.Security | None = None) -> None:
+async def run_workers(
+    scheduler: str,
+    specs: list[dict],
+    *,
+    host: str = LOOPBACK,
+    listen_address: str | None = None,
+    dashboard_address: str | None = None,
+    security: distributed.Security | None = None,
+) -> None:
     """Start one Nanny-supervised worker per spec against `scheduler` and run until they stop.
 
     They listen on `host` (default 127.0.0.1: reachable from this host only), or on the host and protocol
@@ -214,9 +247,18 @@ async def run_workers(scheduler: str, specs: list[dict], *, host: str = LOOPBACK
     if listen_address:
         listen = {"host": get_address_host(listen_address), "protocol": parse_address(listen_address)[0]}
     dashboard = {"dashboard": True, "dashboard_address": dashboard_address} if dashboard_address else {}
-    nannies = [distributed.Nanny(scheduler, nthreads=1, env=spec["env"], resources=spec["resources"] or None,
-                                 security=security, **listen, **dashboard)
-               for spec in specs]
+    nannies = [
+        distributed.Nanny(
+            scheduler,
+            nthreads=1,
+            env=spec["env"],
+            resources=spec["resources"] or None,
+            security=security,
+            **listen,
+            **dashboard,
+        )
+        for spec in specs
+    ]
     for nanny in nannies:
         await nanny
     for nanny in nannies:
@@ -226,7 +268,6 @@ async def run_workers(scheduler: str, specs: list[dict], *, host: str = LOOPBACK
 def prepare_workers(client: distributed.Client, spec) -> None:
     """Give each worker's Keras backend its share of its host's cores and, for a Keras study, import Keras in
     the workers now (see tlsearch.worker_setup)."""
-    from tlsearch.study import KerasModel
     from tlsearch.worker_setup import WorkerSetup, workers_per_host
 
-    client.register_plugin(WorkerSetup(workers_per_host(client), preload_keras=isinstance(spec.model, KerasModel)))
+    client.register_plugin(WorkerSetup(workers_per_host(client), preload_keras=spec.model.framework == "keras"))

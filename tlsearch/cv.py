@@ -16,27 +16,36 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import optuna
 from sklearn.model_selection import GroupKFold, KFold, StratifiedGroupKFold, StratifiedKFold
 from sklearn.model_selection._split import BaseCrossValidator
 
+from tlsearch import _optuna_compat as compat
 from tlsearch import spaces
-from tlsearch.models import Fold, FoldResult, NonFiniteScoreError, derive_seed, is_class_labels, trainer_for
+from tlsearch.models import Fold, FoldResult, NonFiniteScoreError, SpecView, is_class_labels
 from tlsearch.pruners import describe as describe_pruning
 from tlsearch.pruners import prune_decision
-
-if TYPE_CHECKING:
-    from tlsearch.study import StudySpec
+from tlsearch.seeds import derive_seed
 
 _INFRASTRUCTURE_ERRORS = {
     # the network, the study store, the cluster
-    "ConnectionError", "TimeoutError", "AutoReconnect", "ConnectionFailure", "ServerSelectionTimeoutError",
-    "NetworkTimeout", "StorageInternalError", "CommClosedError", "KilledWorker", "FutureCancelledError",
+    "ConnectionError",
+    "TimeoutError",
+    "AutoReconnect",
+    "ConnectionFailure",
+    "ServerSelectionTimeoutError",
+    "NetworkTimeout",
+    "StorageInternalError",
+    "CommClosedError",
+    "KilledWorker",
+    "FutureCancelledError",
     # memory: host (MemoryError), TensorFlow (ResourceExhaustedError), PyTorch (OutOfMemoryError)
-    "MemoryError", "ResourceExhaustedError", "OutOfMemoryError",
+    "MemoryError",
+    "ResourceExhaustedError",
+    "OutOfMemoryError",
 }
 _OUT_OF_MEMORY_MESSAGES = ("resource_exhausted", "out of memory", "oom when allocating")
 
@@ -63,8 +72,11 @@ class AutoKFold(BaseCrossValidator):
     def splitter_for(self, y: Any, groups: Any = None) -> BaseCrossValidator:
         """The concrete scikit-learn splitter used for this target and groups."""
         classes = y is not None and is_class_labels(y)
-        options = {"n_splits": self.n_splits, "shuffle": self.shuffle,
-                   "random_state": self.random_state if self.shuffle else None}
+        options = {
+            "n_splits": self.n_splits,
+            "shuffle": self.shuffle,
+            "random_state": self.random_state if self.shuffle else None,
+        }
         if groups is not None:
             return StratifiedGroupKFold(**options) if classes else GroupKFold(**options)
         return StratifiedKFold(**options) if classes else KFold(**options)
@@ -89,8 +101,9 @@ class Holdout(BaseCrossValidator):
 
         rows = np.arange(len(X))
         stratify = y if y is not None and is_class_labels(y) else None
-        kept, held_out = train_test_split(rows, test_size=self.fraction, random_state=self.random_state,
-                                          stratify=stratify)
+        kept, held_out = train_test_split(
+            rows, test_size=self.fraction, random_state=self.random_state, stratify=stratify
+        )
         return np.sort(kept), np.sort(held_out)
 
     def split(self, X: Any, y: Any = None, groups: Any = None):
@@ -100,9 +113,16 @@ class Holdout(BaseCrossValidator):
             yield kept[train], kept[valid]
 
 
-def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarray],
-             folds: Sequence[tuple[np.ndarray, np.ndarray]], *, dataset_hash: str = "",
-             fold_plan_hash: str = "", artifact_store: Any = None) -> float | list[float]:
+def evaluate(
+    trial: optuna.Trial,
+    spec: SpecView,
+    arrays: Mapping[str, np.ndarray],
+    folds: Sequence[tuple[np.ndarray, np.ndarray]],
+    *,
+    dataset_hash: str = "",
+    fold_plan_hash: str = "",
+    artifact_store: Any = None,
+) -> float | list[float]:
     """Sample the trial's params, then train and score each fold; return the mean score (one per objective).
 
     `arrays` holds "X", "y" and optionally "groups" and "sample_weight" (read-only, memory-mapped: only
@@ -117,10 +137,12 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
     params = spaces.sample(trial, spec.space)
     if not isinstance(params, dict):
         raise spaces.InvalidSpaceError(
-            f"space of study {spec.name!r} returned {type(params).__name__}, expected a dict of hyperparameters")
-    trainer = trainer_for(spec, arrays)
-    recorder = _ResultRecorder(trial, spec, {"dataset_hash": dataset_hash, "fold_plan_hash": fold_plan_hash,
-                                             "n_splits": len(folds)})
+            f"space of study {spec.name!r} returned {type(params).__name__}, expected a dict of hyperparameters"
+        )
+    trainer = spec.model.trainer(spec, arrays)
+    recorder = _ResultRecorder(
+        trial, spec, {"dataset_hash": dataset_hash, "fold_plan_hash": fold_plan_hash, "n_splits": len(folds)}
+    )
     try:
         return _run_folds(trial, spec, arrays, folds, params, trainer, recorder, artifact_store)
     finally:
@@ -128,8 +150,16 @@ def evaluate(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarr
             trainer.close()
 
 
-def _run_folds(trial: optuna.Trial, spec: StudySpec, arrays: Mapping[str, np.ndarray], folds: Sequence[Any],
-               params: dict, trainer: Any, recorder: _ResultRecorder, artifact_store: Any) -> float | list[float]:
+def _run_folds(
+    trial: optuna.Trial,
+    spec: SpecView,
+    arrays: Mapping[str, np.ndarray],
+    folds: Sequence[Any],
+    params: dict,
+    trainer: Any,
+    recorder: _ResultRecorder,
+    artifact_store: Any,
+) -> float | list[float]:
     reports_fold_scores = isinstance(trial.study.pruner, optuna.pruners.WilcoxonPruner)
     kept: dict[str, np.ndarray] = {}
     for index, rows in enumerate(folds):
@@ -167,8 +197,9 @@ def _keep_predictions(trial: optuna.Trial, artifact_store: Any, kept: dict[str, 
         optuna.artifacts.upload_artifact(artifact_store=artifact_store, file_path=str(path), study_or_trial=trial)
 
 
-def read_fold(arrays: Mapping[str, np.ndarray], rows: Any, index: int, seed: int,
-              trial_number: int | None = None) -> Fold:
+def read_fold(
+    arrays: Mapping[str, np.ndarray], rows: Any, index: int, seed: int, trial_number: int | None = None
+) -> Fold:
     """One fold's arrays. `rows` is either a (train_idx, valid_idx) pair, whose rows are copied out of the
     (memory-mapped) `arrays` in index order, as scikit-learn's cross_validate does; or a host-cache fold
     (`tlsearch.data.Fold`) whose `train` / `validation` arrays are read-only views, used without a copy."""
@@ -178,14 +209,22 @@ def read_fold(arrays: Mapping[str, np.ndarray], rows: Any, index: int, seed: int
         train_idx, valid_idx = rows
         train = {name: np.asarray(arrays[name][train_idx]) for name in ("X", "y", "sample_weight") if name in arrays}
         valid = {name: np.asarray(arrays[name][valid_idx]) for name in ("X", "y")}
-    return Fold(x_train=train["X"], y_train=train["y"], x_valid=valid["X"], y_valid=valid["y"], index=index,
-                seed=seed, sample_weight=train.get("sample_weight"), trial_number=trial_number)
+    return Fold(
+        x_train=train["X"],
+        y_train=train["y"],
+        x_valid=valid["X"],
+        y_valid=valid["y"],
+        index=index,
+        seed=seed,
+        sample_weight=train.get("sample_weight"),
+        trial_number=trial_number,
+    )
 
 
 class _ResultRecorder:
     """Stores each fold's results on the trial as it finishes, and the summaries at the end."""
 
-    def __init__(self, trial: optuna.Trial, spec: StudySpec, first_attrs: dict[str, Any]) -> None:
+    def __init__(self, trial: optuna.Trial, spec: SpecView, first_attrs: dict[str, Any]) -> None:
         self._trial = trial
         self._suffixes = ["score"] if not spec.is_multi_objective else list(spec.metric_names)
         self._results: list[FoldResult] = []
@@ -237,25 +276,18 @@ class _ResultRecorder:
         return means
 
     def write(self, report: float | None = None) -> None:
-        """Store the attributes taken in since the last write, and report `report` at the step of the last
-        fold added, in one write where the storage can (tlsearch's MongoDB and journal stores), else one
-        at a time: a fold's results are several attributes, and each write is a round trip."""
+        """Store the attributes taken in since the last write (in one write where the storage can: tlsearch's
+        MongoDB and journal stores; else one at a time), then report `report` at the step of the last fold
+        added through the public `trial.report`, so that `trial.should_prune()` sees it."""
         trial, storage = self._trial, self._trial.storage
         attrs, self._pending = self._pending, {}
-        step = len(self._results) - 1
-        if report is not None and hasattr(storage, "set_trial_intermediate_value_and_user_attrs"):
-            storage.set_trial_intermediate_value_and_user_attrs(trial._trial_id, step, float(report), attrs)
-            trial._cached_frozen_trial.intermediate_values[step] = float(report)
-            trial._cached_frozen_trial.user_attrs.update(attrs)
-            return
         if hasattr(storage, "set_trial_user_attrs"):
-            storage.set_trial_user_attrs(trial._trial_id, attrs)
-            trial._cached_frozen_trial.user_attrs.update(attrs)
+            storage.set_trial_user_attrs(compat.trial_id(trial), attrs)
         else:
             for key, value in attrs.items():
                 trial.set_user_attr(key, value)
         if report is not None:
-            trial.report(report, step)
+            trial.report(report, len(self._results) - 1)
 
 
 def describe_failure(exc: BaseException) -> dict[str, Any]:
@@ -269,7 +301,8 @@ def describe_failure(exc: BaseException) -> dict[str, Any]:
     }
     if exc.__traceback__ is not None:
         description["error_traceback"] = _truncate(
-            "".join(traceback.format_exception(cls, exc, exc.__traceback__)), 4000, keep="end")
+            "".join(traceback.format_exception(cls, exc, exc.__traceback__)), 4000, keep="end"
+        )
     return description
 
 
@@ -299,4 +332,4 @@ def is_infrastructure_error(exc: BaseException) -> bool:
 def _truncate(text: str, limit: int, keep: str = "start") -> str:
     if len(text) <= limit:
         return text
-    return text[:limit - 1] + "…" if keep == "start" else "…" + text[-(limit - 1):]
+    return text[: limit - 1] + "…" if keep == "start" else "…" + text[-(limit - 1) :]

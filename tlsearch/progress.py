@@ -37,9 +37,16 @@ class Progress:
             # No bar graphic: counts, best value and tqdm's own elapsed<remaining fit one 80-column line.
             # (A terminal that reports no size, like `script`'s, counts as 80 x 24.)
             size = shutil.get_terminal_size((80, 24))
-            self._bar = tqdm(total=total, initial=self.done_before, unit="trial", file=self.stream, smoothing=0.1,
-                             ncols=min(80, size.columns), nrows=size.lines,
-                             bar_format="{n_fmt}/{total_fmt} done{postfix} [{elapsed}<{remaining}]")
+            self._bar = tqdm(
+                total=total,
+                initial=self.done_before,
+                unit="trial",
+                file=self.stream,
+                smoothing=0.1,
+                ncols=min(80, size.columns),
+                nrows=size.lines,
+                bar_format="{n_fmt}/{total_fmt} done{postfix} [{elapsed}<{remaining}]",
+            )
 
     def note(self, message: str) -> None:
         if self._bar is not None:

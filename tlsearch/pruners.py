@@ -32,9 +32,11 @@ class PruneDecision:
         return {key: round(value, 6) if isinstance(value, float) else value for key, value in asdict(self).items()}
 
     def __str__(self) -> str:
-        return (f"pruned after fold {self.fold} of {self.n_folds}: estimated score {self.score:.6g} is "
-                f"{self.gap:.3g} worse than trial {self.reference_trial}'s shrunk {self.reference_score:.6g}, "
-                f"tolerance {self.tolerance:.3g}")
+        return (
+            f"pruned after fold {self.fold} of {self.n_folds}: estimated score {self.score:.6g} is "
+            f"{self.gap:.3g} worse than trial {self.reference_trial}'s shrunk {self.reference_score:.6g}, "
+            f"tolerance {self.tolerance:.3g}"
+        )
 
 
 class KFoldPruner(optuna.pruners.BasePruner):
@@ -60,8 +62,15 @@ class KFoldPruner(optuna.pruners.BasePruner):
     fully evaluated trials, so the sampler keeps learning what a whole CV says).
     """
 
-    def __init__(self, *, margin_sigmas: float = 2.0, min_margin: float = 0.0, n_startup_trials: int = 4,
-                 n_warmup_folds: int = 0, min_complete_fraction: float = 0.25) -> None:
+    def __init__(
+        self,
+        *,
+        margin_sigmas: float = 2.0,
+        min_margin: float = 0.0,
+        n_startup_trials: int = 4,
+        n_warmup_folds: int = 0,
+        min_complete_fraction: float = 0.25,
+    ) -> None:
         if margin_sigmas < 0 or min_margin < 0:
             raise ValueError(f"margin_sigmas and min_margin must be >= 0, got {margin_sigmas} and {min_margin}")
         if n_startup_trials < 3:
@@ -77,9 +86,11 @@ class KFoldPruner(optuna.pruners.BasePruner):
         self.min_complete_fraction = min_complete_fraction
 
     def __repr__(self) -> str:
-        return (f"KFoldPruner(margin_sigmas={self.margin_sigmas}, min_margin={self.min_margin}, "
-                f"n_startup_trials={self.n_startup_trials}, n_warmup_folds={self.n_warmup_folds}, "
-                f"min_complete_fraction={self.min_complete_fraction})")
+        return (
+            f"KFoldPruner(margin_sigmas={self.margin_sigmas}, min_margin={self.min_margin}, "
+            f"n_startup_trials={self.n_startup_trials}, n_warmup_folds={self.n_warmup_folds}, "
+            f"min_complete_fraction={self.min_complete_fraction})"
+        )
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         return self.decide(study, trial) is not None
@@ -96,20 +107,28 @@ class KFoldPruner(optuna.pruners.BasePruner):
             return None
         sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
         numbers = sorted(complete, key=lambda number: -sign * complete[number].mean())
-        contenders = np.array([complete[number] for number in numbers[:max(3, len(numbers) // 2)]])
+        contenders = np.array([complete[number] for number in numbers[: max(3, len(numbers) // 2)]])
         n_folds, done = contenders.shape[1], len(scores)
         noise = _residual_spread(contenders)
         fold_means = contenders.mean(axis=0)
         estimate = float(np.mean(scores - fold_means[:done]) + fold_means.mean())
         means = np.array([complete[number].mean() for number in numbers])
-        reference, reference_variance = _shrunk_best(means, noise ** 2 / n_folds, sign)
+        reference, reference_variance = _shrunk_best(means, noise**2 / n_folds, sign)
         gap = sign * (reference - estimate)
-        spread = math.sqrt(noise ** 2 / done * (1 + 1 / len(contenders)) + reference_variance)
+        spread = math.sqrt(noise**2 / done * (1 + 1 / len(contenders)) + reference_variance)
         tolerance = self.margin_sigmas * spread + self.min_margin
         if gap <= tolerance:
             return None
-        return PruneDecision(fold=step, n_folds=n_folds, score=estimate, reference_trial=numbers[0],
-                             reference_score=reference, gap=gap, tolerance=tolerance, noise=noise)
+        return PruneDecision(
+            fold=step,
+            n_folds=n_folds,
+            score=estimate,
+            reference_trial=numbers[0],
+            reference_score=reference,
+            gap=gap,
+            tolerance=tolerance,
+            noise=noise,
+        )
 
     def _floor_kept(self, finished: list[FrozenTrial]) -> bool:
         """Whether pruning one more trial keeps at least `min_complete_fraction` of the finished trials complete."""
@@ -130,10 +149,13 @@ def prune_decision(trial: optuna.Trial, fold: int, n_folds: int) -> dict | None:
 
 
 def describe(reason: dict) -> str:
-    """One line for a `prune_reason` attribute."""
-    if "gap" in reason:
-        return str(PruneDecision(**reason))
-    return f"pruned after fold {reason['fold']} of {reason['n_folds']} by {reason['pruner']}"
+    """One line for a `prune_reason` attribute (read from the store: any dict is accepted)."""
+    try:
+        if "gap" in reason:
+            return str(PruneDecision(**reason))
+        return f"pruned after fold {reason['fold']} of {reason['n_folds']} by {reason['pruner']}"
+    except (TypeError, KeyError, ValueError):
+        return f"pruned (unreadable reason: {str(reason)[:80]})"
 
 
 def fold_scores(intermediate_values: dict[int, float], last_step: int) -> np.ndarray | None:
@@ -169,7 +191,7 @@ def _residual_spread(scores: np.ndarray) -> float:
     (two-way analysis of variance)."""
     residuals = scores - scores.mean(axis=1, keepdims=True) - scores.mean(axis=0) + scores.mean()
     n_trials, n_folds = scores.shape
-    return float(np.sqrt(np.sum(residuals ** 2) / ((n_trials - 1) * (n_folds - 1))))
+    return float(np.sqrt(np.sum(residuals**2) / ((n_trials - 1) * (n_folds - 1))))
 
 
 def _shrunk_best(means: np.ndarray, noise_variance: float, sign: float) -> tuple[float, float]:
@@ -178,7 +200,7 @@ def _shrunk_best(means: np.ndarray, noise_variance: float, sign: float) -> tuple
     absolute deviation, so a few diverged trials do not make every lead look real."""
     median = float(np.median(means))
     spread = 1.4826 * float(np.median(np.abs(means - median)))
-    true_variance = max(spread ** 2 - noise_variance, 0.0)
+    true_variance = max(spread**2 - noise_variance, 0.0)
     weight = true_variance / (true_variance + noise_variance) if true_variance + noise_variance > 0 else 1.0
     best = float(means[np.argmax(sign * means)])
     return median + weight * (best - median), weight * noise_variance

@@ -15,19 +15,22 @@ import html
 import importlib.util
 import math
 import re
-import threading
 import urllib.parse
-import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.importance import BaseImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
+from tlsearch import study_attrs
 from tlsearch.errors import TLSearchError
+from tlsearch.pruners import describe as describe_prune_reason
+from tlsearch.report_png import export_pngs
+from tlsearch.trials_table import fold_scores
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -35,12 +38,15 @@ if TYPE_CHECKING:
 __all__ = ["write_report"]
 
 _SPLIT_SCORE = re.compile(r"^split(\d+)_test_score$")
-_STATE_WORDS = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
-                TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}
-_PNG_INCHES, _PNG_DPI = (11, 6), 100
+_STATE_WORDS = {
+    TrialState.COMPLETE: "complete",
+    TrialState.PRUNED: "pruned",
+    TrialState.FAIL: "failed",
+    TrialState.RUNNING: "running",
+    TrialState.WAITING: "waiting",
+}
 _MAX_LEGEND_ENTRIES = 10
 # pyplot keeps global state (open figures, rcParams): two reports written at once in one process take turns.
-_PYPLOT_LOCK = threading.Lock()
 
 
 @dataclass
@@ -76,13 +82,14 @@ def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
     if png and importlib.util.find_spec("matplotlib") is None:
-        raise TLSearchError("PNG export needs Matplotlib: pip install 'tlsearch[png]' (or write the report "
-                            "without PNGs)")
+        raise TLSearchError(
+            "PNG export needs Matplotlib: pip install 'tlsearch[png]' (or write the report without PNGs)"
+        )
     path = Path(path)
     trials = study.get_trials(deepcopy=False)
     sections = _sections(study, trials, top_k)
     if png:
-        _export_pngs(sections, path)
+        export_pngs(sections, path, [slug for slug, _ in _SECTION_TITLES.values()])
     page = _render_page(study, trials, sections)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
@@ -97,6 +104,7 @@ def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k
 def _sections(study: optuna.Study, trials: list[FrozenTrial], top_k: int) -> list[_Section]:
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     always = [_build(_failures_section, trials)] if any(t.state == TrialState.FAIL for t in trials) else []
+    always += [_build(_pruned_section, trials)] if any(t.state == TrialState.PRUNED for t in trials) else []
     always += [_build(_timeline_section, study)] if trials else []
     if not complete:
         # Pruned or running trials may already have per-fold intermediate values worth seeing.
@@ -135,21 +143,38 @@ def _failures_section(trials: list[FrozenTrial]) -> _Section:
         numbers = ", ".join(f"#{t.number}" for t in failed)
         rows.append([error_type, str(len(failed)), numbers, message[0][:500]])
     table = _table(["Error type", "Trials", "Trial numbers", "First message"], rows, "failures")
-    return _Section(*_SECTION_TITLES[_failures_section], body_html=table,
-                    note=f"{sum(len(f) for f in by_type.values())} failed trial(s).")
+    return _Section(
+        *_SECTION_TITLES[_failures_section],
+        body_html=table,
+        note=f"{sum(len(f) for f in by_type.values())} failed trial(s).",
+    )
+
+
+def _pruned_section(trials: list[FrozenTrial]) -> _Section:
+    """One row per pruned trial: after which fold, and why (its `prune_reason`)."""
+    rows = []
+    for trial in trials:
+        if trial.state == TrialState.PRUNED:
+            reason = trial.user_attrs.get("prune_reason")
+            why = describe_prune_reason(reason) if isinstance(reason, dict) else "—"
+            rows.append([f"#{trial.number}", str(trial.user_attrs.get("n_folds_run", "—")), why])
+    table = _table(["Trial", "Folds run", "Why it was pruned"], rows, "pruned")
+    return _Section(*_SECTION_TITLES[_pruned_section], body_html=table, note=f"{len(rows)} pruned trial(s).")
 
 
 def _timeline_section(study: optuna.Study) -> _Section:
     figure = optuna.visualization.plot_timeline(study)
-    return _Section(*_SECTION_TITLES[_timeline_section], figures=[figure],
-                    drawings=[lambda: _mpl().plot_timeline(study)])
+    return _Section(
+        *_SECTION_TITLES[_timeline_section], figures=[figure], drawings=[lambda: _mpl().plot_timeline(study)]
+    )
 
 
 def _history_section(study: optuna.Study, trials: list[FrozenTrial]) -> _Section:
     figure = optuna.visualization.plot_optimization_history(study, target_name=_objective_names(study)[0])
     _mark_pruned(figure, [(t.number, _last_value(t)) for t in _pruned(trials)])
-    return _Section(*_SECTION_TITLES[_history_section], figures=[figure],
-                    drawings=[lambda: _mpl().plot_optimization_history(study)])
+    return _Section(
+        *_SECTION_TITLES[_history_section], figures=[figure], drawings=[lambda: _mpl().plot_optimization_history(study)]
+    )
 
 
 def _pruned(trials: list[FrozenTrial]) -> list[FrozenTrial]:
@@ -167,9 +192,16 @@ def _mark_pruned(figure: go.Figure, points: list[tuple[float, float]], label: st
     if not points:
         return
     xs, ys = zip(*points)
-    figure.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="Pruned (last reported value)",
-                                marker={"symbol": "x", "size": 9, "color": "#d62728"},
-                                hovertemplate=label + " %{x}: pruned at %{y}<extra></extra>"))
+    figure.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="markers",
+            name="Pruned (last reported value)",
+            marker={"symbol": "x", "size": 9, "color": "#d62728"},
+            hovertemplate=label + " %{x}: pruned at %{y}<extra></extra>",
+        )
+    )
 
 
 def _pareto_section(study: optuna.Study, trials: list[FrozenTrial]) -> _Section:
@@ -188,9 +220,12 @@ def _importances_section(study: optuna.Study, complete: list[FrozenTrial]) -> _S
     figure = optuna.visualization.plot_param_importances(study, evaluator=evaluator)
     # One PNG per objective: Optuna's Matplotlib version labels the bars of all objectives with the parameter
     # order of the last one, so a shared figure would show wrong importances.
-    drawings = [lambda target=target, name=name: _mpl().plot_param_importances(study, evaluator=evaluator,
-                                                                               target=target, target_name=name)
-                for target, name in _targets(study)]
+    drawings = [
+        lambda target=target, name=name: _mpl().plot_param_importances(
+            study, evaluator=evaluator, target=target, target_name=name
+        )
+        for target, name in _targets(study)
+    ]
     return _Section(slug, title, figures=[figure], drawings=drawings)
 
 
@@ -198,11 +233,14 @@ def _parallel_coordinates_section(study: optuna.Study, complete: list[FrozenTria
     slug, title = _SECTION_TITLES[_parallel_coordinates_section]
     if not any(t.params for t in complete):
         return _Section(slug, title, note="The complete trials have no parameters.")
-    figures = [optuna.visualization.plot_parallel_coordinate(study, target=target, target_name=name)
-               for target, name in _targets(study)]
-    drawings = [lambda target=target, name=name: _mpl().plot_parallel_coordinate(study, target=target,
-                                                                                 target_name=name)
-                for target, name in _targets(study)]
+    figures = [
+        optuna.visualization.plot_parallel_coordinate(study, target=target, target_name=name)
+        for target, name in _targets(study)
+    ]
+    drawings = [
+        lambda target=target, name=name: _mpl().plot_parallel_coordinate(study, target=target, target_name=name)
+        for target, name in _targets(study)
+    ]
     return _Section(slug, title, figures=figures, drawings=drawings)
 
 
@@ -212,12 +250,20 @@ def _slice_section(study: optuna.Study, complete: list[FrozenTrial]) -> _Section
         return _Section(slug, title, note="The complete trials have no parameters.")
     # One small figure per parameter, laid out in a grid: Optuna's single figure grows 300 px per parameter.
     names = sorted({name for t in complete for name in t.params})
-    figures = [optuna.visualization.plot_slice(study, params=[param], target=target, target_name=name)
-               .update_layout(title=f"{param}" + (f" ({name})" if _is_multi_objective(study) else ""),
-                              width=None, height=360, showlegend=False)
-               for target, name in _targets(study) for param in names]
-    drawings = [lambda target=target, name=name: _mpl().plot_slice(study, target=target, target_name=name)
-                for target, name in _targets(study)]
+    figures = [
+        optuna.visualization.plot_slice(study, params=[param], target=target, target_name=name).update_layout(
+            title=f"{param}" + (f" ({name})" if _is_multi_objective(study) else ""),
+            width=None,
+            height=360,
+            showlegend=False,
+        )
+        for target, name in _targets(study)
+        for param in names
+    ]
+    drawings = [
+        lambda target=target, name=name: _mpl().plot_slice(study, target=target, target_name=name)
+        for target, name in _targets(study)
+    ]
     return _Section(slug, title, figures=figures, drawings=drawings, grid=True)
 
 
@@ -259,20 +305,31 @@ def _fold_spread_section(study: optuna.Study, top: list[FrozenTrial]) -> _Sectio
     import plotly.graph_objects as go
 
     slug, title = _SECTION_TITLES[_fold_spread_section]
-    with_folds = [(t, _fold_scores(t)) for t in top]
+    with_folds = [(t, fold_scores(t)) for t in top]
     with_folds = [(t, scores) for t, scores in with_folds if scores]
     if not with_folds:
         return _Section(slug, title, note="The top trials have no per-fold scores (split{k}_test_score).")
     figure = go.Figure()
     for trial, scores in with_folds:
         folds = sorted(scores)
-        figure.add_trace(go.Box(
-            y=[scores[k] for k in folds], name=f"#{trial.number}", boxpoints="all", pointpos=0, jitter=0.3,
-            boxmean=True, text=[f"fold {k}" for k in folds],
-            hovertemplate="trial " + str(trial.number) + ", %{text}: %{y}<extra></extra>",
-        ))
-    figure.update_layout(title=f"Test score of each fold. {_ranking(study)}",
-                         xaxis_title="Trial", yaxis_title="Test score", showlegend=False)
+        figure.add_trace(
+            go.Box(
+                y=[scores[k] for k in folds],
+                name=f"#{trial.number}",
+                boxpoints="all",
+                pointpos=0,
+                jitter=0.3,
+                boxmean=True,
+                text=[f"fold {k}" for k in folds],
+                hovertemplate="trial " + str(trial.number) + ", %{text}: %{y}<extra></extra>",
+            )
+        )
+    figure.update_layout(
+        title=f"Test score of each fold. {_ranking(study)}",
+        xaxis_title="Trial",
+        yaxis_title="Test score",
+        showlegend=False,
+    )
     return _Section(slug, title, figures=[figure], drawings=[lambda: _draw_fold_spread(study, with_folds)])
 
 
@@ -296,33 +353,47 @@ def _draw_fold_spread(study: optuna.Study, with_folds: list[tuple[FrozenTrial, d
 
 def _top_trials_section(study: optuna.Study, top: list[FrozenTrial]) -> _Section:
     slug, title = _SECTION_TITLES[_top_trials_section]
-    n_folds = max((max(_fold_scores(t), default=-1) + 1 for t in top), default=0)
+    n_folds = max((max(fold_scores(t), default=-1) + 1 for t in top), default=0)
     value_names = _objective_names(study)
     head = ["Trial", *value_names, "mean ± std", *(f"fold {k}" for k in range(n_folds)), "Params", "Duration"]
     rows = []
     for trial in top:
-        scores = _fold_scores(trial)
+        scores = fold_scores(trial)
         mean, std = trial.user_attrs.get("mean_test_score"), trial.user_attrs.get("std_test_score")
         spread = "—" if mean is None else _fmt(mean) + ("" if std is None else f" ± {_fmt(std)}")
         params = "<br>".join(f"{html.escape(str(k))} = {html.escape(_fmt(v))}" for k, v in trial.params.items())
-        cells = [html.escape(f"#{trial.number}"), *(html.escape(_fmt(v)) for v in trial.values),
-                 html.escape(spread), *(html.escape(_fmt(scores.get(k))) for k in range(n_folds)),
-                 params or "—", html.escape(_fmt_duration(trial.duration))]
+        cells = [
+            html.escape(f"#{trial.number}"),
+            *(html.escape(_fmt(v)) for v in trial.values),
+            html.escape(spread),
+            *(html.escape(_fmt(scores.get(k))) for k in range(n_folds)),
+            params or "—",
+            html.escape(_fmt_duration(trial.duration)),
+        ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    table = ('<table class="trials"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+    table = (
+        '<table class="trials"><thead><tr>'
+        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )
     return _Section(slug, title, note=f"{_ranking(study)} Showing {len(top)}.", body_html=table)
 
 
 def _table(head: list[str], rows: list[list[str]], css_class: str) -> str:
     """An HTML table of plain-text cells (escaped here)."""
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return (f'<table class="trials {css_class}"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-            + f"</tr></thead><tbody>{body}</tbody></table>")
+    return (
+        f'<table class="trials {css_class}"><thead><tr>'
+        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        + f"</tr></thead><tbody>{body}</tbody></table>"
+    )
 
 
 _SECTION_TITLES: dict[Callable[..., _Section], tuple[str, str]] = {
     _failures_section: ("failures", "Failures"),
+    _pruned_section: ("pruned", "Pruned trials"),
     _timeline_section: ("timeline", "Timeline"),
     _history_section: ("history", "Optimisation history"),
     _pareto_section: ("pareto-front", "Pareto front"),
@@ -370,15 +441,6 @@ def _ranking(study: optuna.Study) -> str:
     return "Complete trials, best first."
 
 
-def _fold_scores(trial: FrozenTrial) -> dict[int, float]:
-    scores = {}
-    for key, value in trial.user_attrs.items():
-        match = _SPLIT_SCORE.match(key)
-        if match and isinstance(value, (int, float)):
-            scores[int(match.group(1))] = value
-    return scores
-
-
 def _common_params(trials: list[FrozenTrial]) -> set[str]:
     return set.intersection(*(set(t.params) for t in trials)) if trials else set()
 
@@ -391,7 +453,7 @@ def _study_attr(study: optuna.Study, key: str) -> Any:
     """A study user attribute, else the system attribute of that name (Optuna 5 exposes those only on storage)."""
     value = study.user_attrs.get(key)
     if value is None:
-        value = study._storage.get_study_system_attrs(study._study_id).get(key)
+        value = study_attrs.read(study).get(key)
     return value
 
 
@@ -402,89 +464,25 @@ class _RememberedImportances(BaseImportanceEvaluator):
         self._evaluator = evaluator
         self._known: dict[tuple[Any, ...], dict[str, float]] = {}
 
-    def evaluate(self, study: optuna.Study, params: list[str] | None = None, *,
-                 target: Callable[[FrozenTrial], float] | None = None) -> dict[str, float]:
+    def evaluate(
+        self,
+        study: optuna.Study,
+        params: list[str] | None = None,
+        *,
+        target: Callable[[FrozenTrial], float] | None = None,
+    ) -> dict[str, float]:
         # Keyed by what the target yields, not by the target: Optuna makes a new lambda per objective and call.
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        key = (None if params is None else tuple(params),
-               tuple((t.number, tuple(t.values) if target is None else target(t)) for t in complete))
+        key = (
+            None if params is None else tuple(params),
+            tuple((t.number, tuple(t.values) if target is None else target(t)) for t in complete),
+        )
         if key not in self._known:
             self._known[key] = self._evaluator.evaluate(study, params, target=target)
         return dict(self._known[key])
 
 
 # ---------------------------------------------------------------------------------------------- output
-
-
-def _export_pngs(sections: list[_Section], page: Path) -> None:
-    """Draw each section's figures with Matplotlib and save them beside the page; warn once per failed section."""
-    try:
-        import matplotlib
-
-        chosen = matplotlib.get_backend(auto_select=False)
-    except ImportError as error:
-        warnings.warn(f"PNGs not written (the HTML report is complete): {error}", RuntimeWarning, stacklevel=3)
-        return
-    except TypeError:  # Matplotlib < 3.10 cannot tell whether a backend was chosen: keep whatever it picks
-        chosen = "kept"
-    if chosen is None:
-        matplotlib.use("agg")
-    import matplotlib.pyplot as plt
-
-    page.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_pngs(page)
-    rc = {"figure.figsize": _PNG_INCHES, "figure.dpi": _PNG_DPI}
-    failures = []
-    with _PYPLOT_LOCK, matplotlib.rc_context(), plt.ioff(), warnings.catch_warnings():
-        # Optuna's Matplotlib functions are "experimental" and set the ggplot style globally:
-        # rc_context restores the caller's rcParams afterwards.
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        plt.style.use("ggplot")
-        matplotlib.rcParams.update(rc)
-        for section in sections:
-            try:
-                for i, draw in enumerate(section.drawings):
-                    section.pngs.append(_save_png(draw, _png_path(page, section, i)))
-            except Exception as error:  # noqa: BLE001 - one figure that cannot be drawn must not cost the others
-                failures.append((section, f"{type(error).__name__}: {error}".splitlines()[0]))
-    for section, reason in failures:
-        warnings.warn(f"PNG of section {section.title!r} not written ({reason}); the HTML report and the other "
-                      "PNGs are", RuntimeWarning, stacklevel=3)
-
-
-def _png_path(page: Path, section: _Section, index: int) -> Path:
-    suffix = f"-{index + 1}" if len(section.drawings) > 1 else ""
-    return page.with_name(f"{page.stem}-{section.slug}{suffix}.png")
-
-
-def _remove_stale_pngs(page: Path) -> None:
-    """An earlier report's PNGs beside this page would pass for this one's: the names are the report's own."""
-    slugs = "|".join(re.escape(slug) for slug, _ in _SECTION_TITLES.values())
-    own = re.compile(rf"{re.escape(page.stem)}-(?:{slugs})(?:-\d+)?\.png")
-    for file in page.parent.iterdir():
-        if own.fullmatch(file.name):
-            file.unlink(missing_ok=True)
-
-
-def _save_png(draw: Callable[[], Any], file: Path) -> Path:
-    """Call `draw`, save its figure to `file` (whole or not at all), and close every figure it opened."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    opened_before = set(plt.get_fignums())
-    partial = file.with_name(file.name + ".partial")
-    try:
-        drawn = draw()
-        if isinstance(drawn, np.ndarray):  # one Axes per parameter, all on one figure
-            drawn = drawn.flat[0]
-        figure = getattr(drawn, "figure", drawn)
-        figure.savefig(partial, format="png", dpi=_PNG_DPI, bbox_inches="tight")
-        partial.replace(file)
-        return file
-    finally:
-        partial.unlink(missing_ok=True)
-        for number in set(plt.get_fignums()) - opened_before:
-            plt.close(number)
 
 
 def _mpl() -> Any:
@@ -495,9 +493,12 @@ def _mpl() -> Any:
 
 def _render_page(study: optuna.Study, trials: list[FrozenTrial], sections: list[_Section]) -> str:
     name = html.escape(study.study_name)
-    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-             f"<title>Study {name} — tlsearch report</title><style>{_CSS}</style></head><body>",
-             f"<h1>Study {name}</h1>", _render_header(study, trials)]
+    parts = [
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Study {name} — tlsearch report</title><style>{_CSS}</style></head><body>",
+        f"<h1>Study {name}</h1>",
+        _render_header(study, trials),
+    ]
     if not trials:
         parts.append('<p class="empty">No trials yet.</p>')
     elif not any(t.state == TrialState.COMPLETE for t in trials):
@@ -514,20 +515,28 @@ def _render_page(study: optuna.Study, trials: list[FrozenTrial], sections: list[
             parts.append('<div class="grid">')
         for i, figure in enumerate(section.figures):
             figure.update_layout(width=None, autosize=True)  # the page's width, never wider
-            parts.append(figure.to_html(
-                full_html=False, include_plotlyjs=not plotlyjs_included, div_id=f"{section.slug}-{i + 1}",
-                default_height=f"{figure.layout.height or 560}px", config={"displaylogo": False, "responsive": True},
-            ))
+            parts.append(
+                figure.to_html(
+                    full_html=False,
+                    include_plotlyjs=not plotlyjs_included,
+                    div_id=f"{section.slug}-{i + 1}",
+                    default_height=f"{figure.layout.height or 560}px",
+                    config={"displaylogo": False, "responsive": True},
+                )
+            )
             plotlyjs_included = True
         if section.grid:
             parts.append("</div>")
         if section.pngs:
-            links = " ".join(f'<a href="{html.escape(urllib.parse.quote(p.name))}">{html.escape(p.name)}</a>'
-                             for p in section.pngs)
+            links = " ".join(
+                f'<a href="{html.escape(urllib.parse.quote(p.name))}">{html.escape(p.name)}</a>' for p in section.pngs
+            )
             parts.append(f'<p class="png">PNG: {links}</p>')
         parts.append(section.body_html + "</section>")
-    parts.append(f"<footer>Written by tlsearch on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}.</footer>"
-                 "</body></html>\n")
+    parts.append(
+        f"<footer>Written by tlsearch on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}.</footer>"
+        "</body></html>\n"
+    )
     return "\n".join(parts)
 
 
@@ -537,9 +546,7 @@ def _render_header(study: optuna.Study, trials: list[FrozenTrial]) -> str:
     counts = Counter(t.state for t in trials)
     states = ", ".join(f"{counts[s]} {word}" for s, word in _STATE_WORDS.items() if counts[s]) or "none"
     rows = [("Directions", directions), ("Trials", f"{len(trials)} ({states})"), ("Best", _best_summary(study, trials))]
-    from tlsearch.runner import ATTR_DATASET_HASH, ATTR_FOLD_PLAN
-
-    for label, key in (("Dataset hash", ATTR_DATASET_HASH), ("Fold plan hash", ATTR_FOLD_PLAN)):
+    for label, key in (("Dataset hash", study_attrs.DATASET_HASH), ("Fold plan hash", study_attrs.FOLD_PLAN)):
         value = _study_attr(study, key)
         rows.append((label, "—" if value is None else str(value)))
     cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)

@@ -9,7 +9,7 @@ and `scoped(trial, "prefix")` keeps their parameter names apart ("prefix.name").
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Union
+from typing import Any
 
 import optuna
 from optuna.distributions import (
@@ -21,10 +21,16 @@ from optuna.distributions import (
 
 from tlsearch.errors import TLSearchError
 
-Space = Union[Callable[[optuna.Trial], dict], Mapping[str, Any]]
+Space = Callable[[optuna.Trial], dict] | Mapping[str, Any]
 
-_SUGGEST_METHODS = ("suggest_float", "suggest_int", "suggest_categorical", "suggest_uniform",
-                    "suggest_loguniform", "suggest_discrete_uniform")
+_SUGGEST_METHODS = (
+    "suggest_float",
+    "suggest_int",
+    "suggest_categorical",
+    "suggest_uniform",
+    "suggest_loguniform",
+    "suggest_discrete_uniform",
+)
 
 
 class InvalidSpaceError(TLSearchError, ValueError):
@@ -43,11 +49,13 @@ def sample(trial: optuna.Trial, space: Space) -> dict:
 def suggest(trial: optuna.Trial, name: str, distribution: Any) -> Any:
     """Sample one value of `distribution` under `name`; a value that is not a distribution is returned as is."""
     if isinstance(distribution, FloatDistribution):
-        return trial.suggest_float(name, distribution.low, distribution.high,
-                                   step=distribution.step, log=distribution.log)
+        return trial.suggest_float(
+            name, distribution.low, distribution.high, step=distribution.step, log=distribution.log
+        )
     if isinstance(distribution, IntDistribution):
-        return trial.suggest_int(name, distribution.low, distribution.high,
-                                 step=distribution.step, log=distribution.log)
+        return trial.suggest_int(
+            name, distribution.low, distribution.high, step=distribution.step, log=distribution.log
+        )
     if isinstance(distribution, CategoricalDistribution):
         return trial.suggest_categorical(name, distribution.choices)
     if isinstance(distribution, BaseDistribution):
@@ -104,9 +112,7 @@ class _CheckingTrial:
             try:
                 return target(name, *args, **kwargs)
             except Exception as exc:
-                raise InvalidSpaceError(
-                    f"space {self._space_name!r}, parameter {name!r}: {_one_line(exc)}"
-                ) from exc
+                raise InvalidSpaceError(f"space {self._space_name!r}, parameter {name!r}: {_one_line(exc)}") from exc
 
         return checked_suggest
 
@@ -123,7 +129,7 @@ def check_space(space: Space, name: str, *, n_samples: int = 8, seed: int = 0) -
             f"space {name!r} must be a function of a trial or a dict of distributions, not {type(space).__name__}"
         )
     if isinstance(space, Mapping):
-        for key, value in space.items():
+        for key in space:
             if not isinstance(key, str):
                 raise InvalidSpaceError(f"space {name!r}: parameter names must be strings, got {key!r}")
     verbosity = optuna.logging.get_verbosity()

@@ -15,6 +15,7 @@ import optuna
 
 from tlsearch import config
 from tlsearch.errors import TLSearchError
+from tlsearch.mongo import mask_uri
 
 # A study name is a key in the study store's unique index and part of local file names (reports, models).
 STUDY_NAME_MAX = 200
@@ -40,8 +41,13 @@ class Stores:
     grace_period: int = GRACE_PERIOD
 
     @classmethod
-    def resolve(cls, mongo_uri: str | None = None, database: str = config.DEFAULT_DATABASE,
-                home: str | Path | None = None, **heartbeat) -> "Stores":
+    def resolve(
+        cls,
+        mongo_uri: str | None = None,
+        database: str = config.DEFAULT_DATABASE,
+        home: str | Path | None = None,
+        **heartbeat,
+    ) -> Stores:
         """Apply the configuration rules (argument, then environment, then default)."""
         return cls(config.mongo_uri(mongo_uri), database, config.home(home), **heartbeat)
 
@@ -53,8 +59,6 @@ class Stores:
         """A human description, with any credentials masked."""
         if self.is_local:
             return f"local folder {self.home}"
-        from tlsearch.storage._client import mask_uri
-
         return f"MongoDB {mask_uri(self.mongo_uri)} (database {self.database!r})"
 
     def study_storage(self) -> optuna.storages.BaseStorage:
@@ -69,6 +73,7 @@ class Stores:
 
 @functools.cache
 def _open_study_storage(stores: Stores) -> optuna.storages.BaseStorage:
+    # The stores are imported on first use (here and below): every CLI command imports this module.
     from tlsearch.storage import MongoStorage
     from tlsearch.storage._journal import open_journal
 
@@ -77,8 +82,12 @@ def _open_study_storage(stores: Stores) -> optuna.storages.BaseStorage:
         path.parent.mkdir(parents=True, exist_ok=True)
         return open_journal(str(path))
 
-    return MongoStorage(stores.mongo_uri, stores.database, heartbeat_interval=stores.heartbeat_interval,
-                        grace_period=stores.grace_period)
+    return MongoStorage(
+        stores.mongo_uri,
+        stores.database,
+        heartbeat_interval=stores.heartbeat_interval,
+        grace_period=stores.grace_period,
+    )
 
 
 @functools.cache
@@ -100,11 +109,15 @@ def check_study_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip():
         raise TLSearchError(f"invalid study name {name!r}: give a non-empty name (--name)")
     if len(name) > STUDY_NAME_MAX:
-        raise TLSearchError(f"study name {name[:40]!r}... is {len(name)} characters long: the stores take at most "
-                            f"{STUDY_NAME_MAX}; choose a shorter --name")
+        raise TLSearchError(
+            f"study name {name[:40]!r}... is {len(name)} characters long: the stores take at most "
+            f"{STUDY_NAME_MAX}; choose a shorter --name"
+        )
     if name in (".", "..") or _FORBIDDEN_IN_NAMES.search(name):
-        raise TLSearchError(f"invalid study name {name!r}: no '/', '\\' or control characters, and not '.' or "
-                            "'..' (it names report and model files); choose another --name")
+        raise TLSearchError(
+            f"invalid study name {name!r}: no '/', '\\' or control characters, and not '.' or "
+            "'..' (it names report and model files); choose another --name"
+        )
     return name
 
 

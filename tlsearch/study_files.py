@@ -58,15 +58,17 @@ def resolve(stores, name: str, given: str | os.PathLike | None, stored_hint: str
     entry = _read_entry(stores, name)
     hint = f" (the store says it was run from {stored_hint}; check that file, then pass it)" if stored_hint else ""
     if entry is None:
-        raise TLSearchError(f"this machine has no record of the study file of {name!r}{hint}: "
-                            "pass --study PATH")
+        raise TLSearchError(f"this machine has no record of the study file of {name!r}{hint}: pass --study PATH")
     path = Path(entry["path"])
     if not path.is_file():
         raise TLSearchError(f"the study file {path} that ran {name!r} on this machine is gone: pass --study PATH")
     if _sha256(path) != entry["sha256"]:
-        warnings.warn(f"study file {path} changed since study {name!r} was run with it (sha256 "
-                      f"{entry['sha256'][:12]} then, {_sha256(path)[:12]} now); running it anyway",
-                      StudyFileChangedWarning, stacklevel=2)
+        warnings.warn(
+            f"study file {path} changed since study {name!r} was run with it (sha256 "
+            f"{entry['sha256'][:12]} then, {_sha256(path)[:12]} now); running it anyway",
+            StudyFileChangedWarning,
+            stacklevel=2,
+        )
     return path
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import os
 import socket
 import time
@@ -17,9 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import optuna
-from optuna.samplers._lazy_random_state import LazyRandomState
 from optuna.trial import TrialState
 
+from tlsearch import _optuna_compat as compat
+from tlsearch import cv
+from tlsearch.data import HostCache
 from tlsearch.stores import Stores
 
 
@@ -30,11 +31,10 @@ class TrialJob:
     stores: Stores
     study_name: str
     trial_id: int
-    trial_number: int
     dataset_ref: str
     dataset_hash: str
     fold_plan_hash: str
-    seed: int | None
+    seed: int  # the trial's sampler seed
 
 
 @dataclass(frozen=True)
@@ -49,51 +49,12 @@ class TrialOutcome:
     seconds: float = 0.0
 
 
-def trial_seed(seed: int | None, study_name: str, trial_number: int) -> int | None:
-    """A stable 32-bit seed per (study seed, study, trial): distinct across trials, the same on a re-run."""
-    if seed is None:
-        return None
-    digest = hashlib.sha256(f"{seed}:{study_name}:{trial_number}".encode()).digest()
-    return int.from_bytes(digest[:4], "little")
-
-
-def seeded_sampler(sampler: optuna.samplers.BaseSampler, seed: int | None) -> optuna.samplers.BaseSampler:
-    """A copy of `sampler` whose random state is seeded with `seed` (or fresh entropy when None).
-
-    Every worker receives the same sampler object; without this, seeded samplers on concurrent workers
-    draw identical parameters.
-    """
-    sampler = copy.deepcopy(sampler)
-    if seed is None:
-        sampler.reseed_rng()
-    else:
-        _reseed(sampler, seed, seen=set())
-    return sampler
-
-
-def _reseed(obj, seed: int, seen: set[int]) -> None:
-    if id(obj) in seen or not hasattr(obj, "__dict__"):
-        return
-    seen.add(id(obj))
-    for name, value in vars(obj).items():
-        if isinstance(value, LazyRandomState):
-            value.rng.seed(seed)
-        elif isinstance(value, np.random.RandomState):
-            value.seed(seed)
-        elif isinstance(value, np.random.Generator):
-            setattr(obj, name, np.random.default_rng(seed))
-        elif isinstance(value, optuna.samplers.BaseSampler):
-            _reseed(value, seed + 1, seen)
-
-
 def pack_spec(spec) -> bytes:
     """The study definition as bytes for the workers.
 
     cloudpickle, explicitly: the functions of a study file live in a module the workers cannot import,
     and Dask's serializer would otherwise pickle them by reference.
     """
-    import copy
-
     import cloudpickle
 
     spec = copy.copy(spec)
@@ -111,8 +72,6 @@ def _unpack_spec(payload: bytes):
 def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
     """Evaluate `job`'s trial with the study definition packed by `pack_spec`; never raises for a trial's
     own failure."""
-    from tlsearch import cv
-
     spec = _unpack_spec(spec_payload)
     started = time.perf_counter()
     worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -120,29 +79,37 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
         study = optuna.load_study(
             study_name=job.study_name,
             storage=job.stores.study_storage(),
-            sampler=seeded_sampler(spec.sampler, job.seed),
+            sampler=spec.sampler_factory(job.seed),
             pruner=spec.pruner,
         )
-        trial = optuna.Trial(study, job.trial_id)
+        trial = compat.open_trial(study, job.trial_id)
         dataset = _open_dataset(job.stores, job.dataset_ref)
         plan = _fold_plan(job.stores, job.fold_plan_hash)
-        values = cv.evaluate(trial, spec, dataset.arrays, _fold_rows(spec, dataset, plan),
-                             dataset_hash=job.dataset_hash, fold_plan_hash=job.fold_plan_hash,
-                             artifact_store=job.stores.artifact_store() if spec.keep_predictions else None)
+        values = cv.evaluate(
+            trial,
+            spec,
+            dataset.arrays,
+            _fold_rows(spec, dataset, plan),
+            dataset_hash=job.dataset_hash,
+            fold_plan_hash=job.fold_plan_hash,
+            artifact_store=job.stores.artifact_store() if spec.keep_predictions else None,
+        )
     except optuna.TrialPruned:
         return TrialOutcome(TrialState.PRUNED, worker=worker, seconds=time.perf_counter() - started)
     except Exception as error:  # the trial failed; the study goes on (the driver records why)
-        return TrialOutcome(TrialState.FAIL, error=cv.describe_failure(error),
-                            retryable=cv.is_infrastructure_error(error), worker=worker,
-                            seconds=time.perf_counter() - started)
+        return TrialOutcome(
+            TrialState.FAIL,
+            error=cv.describe_failure(error),
+            retryable=cv.is_infrastructure_error(error),
+            worker=worker,
+            seconds=time.perf_counter() - started,
+        )
     values = [float(values)] if np.isscalar(values) else [float(v) for v in values]
     return TrialOutcome(TrialState.COMPLETE, values, worker=worker, seconds=time.perf_counter() - started)
 
 
 @functools.cache
 def _host_cache():
-    from tlsearch.data import HostCache
-
     return HostCache()
 
 
@@ -155,9 +122,7 @@ def _fold_rows(spec, dataset, plan) -> list:
     """scikit-learn models get each fold's rows gathered in index order, so their scores equal
     cross_validate's (row order matters to bootstrap and SGD estimators); Keras models and custom loops,
     which shuffle anyway, train on the host cache's laid-out fold arrays without copying them."""
-    from tlsearch.study import SklearnModel
-
-    if isinstance(spec.model, SklearnModel):
+    if spec.model.gathers_fold_rows:
         return plan.folds
     return dataset.folds(plan)
 

@@ -35,8 +35,11 @@ def sample_params(trial):
         "optimizer": trial.suggest_categorical("optimizer.name", ["adam", "sgd", "rmsprop"]),
         "learning_rate": trial.suggest_float("optimizer.learning_rate", 1e-3, 1e-1, log=True),
     }
-    params["weight_decay"] = (trial.suggest_float("optimizer.weight_decay", 1e-6, 1e-2, log=True)
-                              if trial.suggest_categorical("optimizer.use_weight_decay", [False, True]) else None)
+    params["weight_decay"] = (
+        trial.suggest_float("optimizer.weight_decay", 1e-6, 1e-2, log=True)
+        if trial.suggest_categorical("optimizer.use_weight_decay", [False, True])
+        else None
+    )
     if params["optimizer"] == "sgd":
         params["momentum"] = trial.suggest_float("optimizer.momentum", 0.0, 0.99)
         params["nesterov"] = trial.suggest_categorical("optimizer.nesterov", [False, True])
@@ -75,8 +78,9 @@ def run_trial(journal, study_name, trial_number, seed, epochs, n_folds):
     storage = JournalStorage(JournalFileBackend(journal))
     # A fresh seeded sampler per trial, or every worker draws the same parameters.
     sampler = optuna.samplers.TPESampler(seed=seed + trial_number)
-    study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler,
-                              pruner=optuna.pruners.MedianPruner(n_startup_trials=5))
+    study = optuna.load_study(
+        study_name=study_name, storage=storage, sampler=sampler, pruner=optuna.pruners.MedianPruner(n_startup_trials=5)
+    )
     trial_id = next(t._trial_id for t in study.get_trials(deepcopy=False) if t.number == trial_number)
     trial = optuna.Trial(study, trial_id)
     params = sample_params(trial)
@@ -88,8 +92,7 @@ def run_trial(journal, study_name, trial_number, seed, epochs, n_folds):
         model = build_model(params, x.shape[1], int(y.max()) + 1)
         # Early stopping watches 10% of the fold's training rows, never its validation rows.
         stop = keras.callbacks.EarlyStopping(patience=2, restore_best_weights=True)
-        model.fit(x[train], y[train], validation_split=0.1, epochs=epochs, batch_size=32, callbacks=[stop],
-                  verbose=0)
+        model.fit(x[train], y[train], validation_split=0.1, epochs=epochs, batch_size=32, callbacks=[stop], verbose=0)
         score = model.evaluate(x[valid], y[valid], verbose=0, return_dict=True)["accuracy"]
         scores.append(score)
         trial.set_user_attr(f"split{k}_test_score", score)
@@ -126,8 +129,9 @@ def main():
 
         def submit():
             trial = study.ask()
-            future = client.submit(run_trial, args.journal, args.name, trial.number, args.seed, args.epochs,
-                                   args.folds, pure=False)
+            future = client.submit(
+                run_trial, args.journal, args.name, trial.number, args.seed, args.epochs, args.folds, pure=False
+            )
             numbers[future] = trial.number
             running.add(future)
 

@@ -18,8 +18,9 @@ def store(request, tmp_path):
     if request.param == "local":
         store = LocalDatasetStore(tmp_path / "home" / "datasets")
     else:
-        store = MongoDatasetStore(request.getfixturevalue("mongo_uri"), request.getfixturevalue("mongo_db_name"),
-                                  chunk_bytes=TEST_CHUNK_BYTES)
+        store = MongoDatasetStore(
+            request.getfixturevalue("mongo_uri"), request.getfixturevalue("mongo_db_name"), chunk_bytes=TEST_CHUNK_BYTES
+        )
     yield store
     store.close()
 

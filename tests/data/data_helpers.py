@@ -11,8 +11,7 @@ from tlsearch.data._gridfs import MongoDatasetStore
 
 def make_arrays(n_rows: int = 60, n_features: int = 5, seed: int = 0, **extra) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    arrays = {"X": rng.normal(size=(n_rows, n_features)).astype(np.float32),
-              "y": rng.integers(0, 3, size=n_rows)}
+    arrays = {"X": rng.normal(size=(n_rows, n_features)).astype(np.float32), "y": rng.integers(0, 3, size=n_rows)}
     arrays.update(extra)
     return arrays
 
@@ -21,11 +20,15 @@ def stored_objects(store) -> dict[str, int]:
     """What a store physically holds, independent of its records: files, chunks, contents, plans."""
     if isinstance(store, MongoDatasetStore):
         db = store._db
-        return {name: db[name].count_documents({})
-                for name in ("datasets", "datasets.contents", "datasets.files", "datasets.chunks", "fold_plans")}
+        return {
+            name: db[name].count_documents({})
+            for name in ("datasets", "datasets.contents", "datasets.files", "datasets.chunks", "fold_plans")
+        }
     root = store.root
-    return {name: sum(1 for p in (root / name).rglob("*") if p.is_file()) if (root / name).exists() else 0
-            for name in ("records", "contents", "fold_plans", "tmp")}
+    return {
+        name: sum(1 for p in (root / name).rglob("*") if p.is_file()) if (root / name).exists() else 0
+        for name in ("records", "contents", "fold_plans", "tmp")
+    }
 
 
 def open_in_process(store, ref: str, cache_dir: str) -> tuple[str, float]:
@@ -42,8 +45,10 @@ def run_in_processes(function, argument_lists: list[tuple]) -> list:
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(len(argument_lists))
     queue = context.Queue()
-    processes = [context.Process(target=_report, args=(i, barrier, queue, function, arguments))
-                 for i, arguments in enumerate(argument_lists)]
+    processes = [
+        context.Process(target=_report, args=(i, barrier, queue, function, arguments))
+        for i, arguments in enumerate(argument_lists)
+    ]
     for process in processes:
         process.start()
     try:

@@ -61,8 +61,20 @@ def test_push_ls_show_verify_rm(where, capsys, tmp_path):
 
 def test_push_a_csv_with_columns(where, capsys, tmp_path):
     (tmp_path / "c.csv").write_text("a,b,g,label\n1,2,x,yes\n3,4,y,no\n5,6,x,yes\n")
-    code, out, _ = run(capsys, "dataset", "push", "c", str(tmp_path / "c.csv"), "--features", "a,b", "--label", "label",
-                       "--groups", "g", *where)
+    code, out, _ = run(
+        capsys,
+        "dataset",
+        "push",
+        "c",
+        str(tmp_path / "c.csv"),
+        "--features",
+        "a,b",
+        "--label",
+        "label",
+        "--groups",
+        "g",
+        *where,
+    )
     assert code == 0 and "3 rows × 2 features + groups" in out
     code, _, err = run(capsys, "dataset", "push", "bad", str(tmp_path / "c.csv"), *where)
     assert code == 1 and "'g'" in err and "not numeric" in err
@@ -84,6 +96,7 @@ def test_options_before_the_action_are_kept(tmp_path, capsys, monkeypatch):
 
 
 # -- bad input: one clear line each, nothing stored ------------------------------------------------------
+
 
 def _csv(path, header, rows):
     path.write_text(",".join(header) + "\n" + "".join(",".join(map(str, row)) + "\n" for row in rows))

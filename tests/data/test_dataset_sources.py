@@ -6,29 +6,55 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tlsearch.data import (BUILTINS, DatasetExistsError, DatasetNotFoundError, DatasetValidationError,
-                           arrays_from_frame, ensure_dataset, push_source, read_source)
+from tlsearch.data import (
+    BUILTINS,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    DatasetValidationError,
+    arrays_from_frame,
+    ensure_dataset,
+    push_source,
+    read_source,
+)
 
 
 @pytest.fixture
 def frame():
-    return pd.DataFrame({"age": [31, 45, 27, 60], "income": [2.5, 3.1, np.nan, 4.0], "member": [True, False, True, True],
-                         "customer": ["c1", "c2", "c1", "c3"], "weight": [1.0, 0.5, 1.0, 2.0],
-                         "churned": ["no", "yes", "no", "yes"]})
+    return pd.DataFrame(
+        {
+            "age": [31, 45, 27, 60],
+            "income": [2.5, 3.1, np.nan, 4.0],
+            "member": [True, False, True, True],
+            "customer": ["c1", "c2", "c1", "c3"],
+            "weight": [1.0, 0.5, 1.0, 2.0],
+            "churned": ["no", "yes", "no", "yes"],
+        }
+    )
 
 
 def test_csv_and_parquet_choose_feature_label_and_group_columns(store, frame, tmp_path):
     frame.to_csv(tmp_path / "churn.csv", index=False)
     frame.to_parquet(tmp_path / "churn.parquet")
-    infos = [push_source(store, f"churn-{kind}", tmp_path / f"churn.{kind}", features="age,income,member",
-                         label="churned", groups="customer", sample_weight="weight") for kind in ("csv", "parquet")]
+    infos = [
+        push_source(
+            store,
+            f"churn-{kind}",
+            tmp_path / f"churn.{kind}",
+            features="age,income,member",
+            label="churned",
+            groups="customer",
+            sample_weight="weight",
+        )
+        for kind in ("csv", "parquet")
+    ]
     assert infos[0].hash == infos[1].hash
     info = infos[0]
     assert info.metadata["feature_names"] == ["age", "income", "member"]
     assert info.metadata["class_names"] == ["no", "yes"] and info.metadata["source"] == "file:churn.csv"
     assert info.arrays["X"] == {"dtype": "<f8", "shape": [4, 3]}
-    arrays, _ = read_source(tmp_path / "churn.csv", features="age,income,member", label="churned", groups="customer",
-                            sample_weight="weight")
+    arrays, _ = read_source(
+        tmp_path / "churn.csv", features="age,income,member", label="churned", groups="customer", sample_weight="weight"
+    )
     np.testing.assert_array_equal(arrays["y"], [0, 1, 0, 1])
     np.testing.assert_array_equal(arrays["groups"], [0, 1, 0, 2])
     assert np.isnan(arrays["X"][2, 1])
@@ -37,7 +63,9 @@ def test_csv_and_parquet_choose_feature_label_and_group_columns(store, frame, tm
 def test_parquet_without_pyarrow_names_the_extra(frame, tmp_path, monkeypatch):
     frame.to_parquet(tmp_path / "churn.parquet")
     monkeypatch.setitem(__import__("sys").modules, "pyarrow", None)  # as if not installed
-    with pytest.raises(DatasetValidationError, match=r"churn.parquet: Parquet needs pyarrow: pip install 'tlsearch\[parquet\]'"):
+    with pytest.raises(
+        DatasetValidationError, match=r"churn.parquet: Parquet needs pyarrow: pip install 'tlsearch\[parquet\]'"
+    ):
         read_source(tmp_path / "churn.parquet")
 
 
@@ -51,7 +79,9 @@ def test_default_columns_are_the_last_as_label_and_the_rest_as_features(tmp_path
 def test_non_numeric_features_and_missing_labels_are_named(frame):
     with pytest.raises(DatasetValidationError, match=r"feature column\(s\) 'customer' \((object|str)\).* not numeric"):
         arrays_from_frame(frame, label="churned")
-    with pytest.raises(DatasetValidationError, match=r"label column 'income' has 1 missing value\(s\) \(first at row 2\)"):
+    with pytest.raises(
+        DatasetValidationError, match=r"label column 'income' has 1 missing value\(s\) \(first at row 2\)"
+    ):
         arrays_from_frame(frame, features=["age"], label="income")
     with pytest.raises(DatasetValidationError, match=r"no label column 'nope' \(columns: age, income"):
         arrays_from_frame(frame, label="nope")
@@ -62,9 +92,11 @@ def test_npz_and_npy_files(store, tmp_path):
     np.savez(tmp_path / "plain.npz", X=X, y=y)
     np.savez(tmp_path / "renamed.npz", data=X, target=y)
     np.save(tmp_path / "table.npy", np.column_stack([X, y]))
-    hashes = {push_source(store, "plain", tmp_path / "plain.npz").hash,
-              push_source(store, "renamed", tmp_path / "renamed.npz", features="data", label="target").hash,
-              push_source(store, "table", tmp_path / "table.npy").hash}
+    hashes = {
+        push_source(store, "plain", tmp_path / "plain.npz").hash,
+        push_source(store, "renamed", tmp_path / "renamed.npz", features="data", label="target").hash,
+        push_source(store, "table", tmp_path / "table.npy").hash,
+    }
     assert len(hashes) == 2  # the .npy table has float labels
     arrays, _ = read_source(tmp_path / "table.npy", features="0,2", label="3")
     np.testing.assert_array_equal(arrays["X"], X[:, [0, 2]])

@@ -11,8 +11,13 @@ import pytest
 from bson import ObjectId
 from data_helpers import make_arrays, stored_objects
 
-from tlsearch.data import (DatasetCorruptedError, DatasetExistsError, DatasetNotFoundError, DatasetValidationError,
-                           hash_arrays)
+from tlsearch.data import (
+    DatasetCorruptedError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    DatasetValidationError,
+    hash_arrays,
+)
 from tlsearch.data._gridfs import MongoDatasetStore
 
 DTYPES = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
@@ -51,8 +56,9 @@ def test_one_row_dataset_round_trips(store, cache):
     store.verify("tiny")
 
 
-@pytest.mark.parametrize(("arrays", "says"), [(make_arrays(n_rows=0), "0 rows"),
-                                              (make_arrays(n_rows=4, y=np.full(4, 2)), "one class only")])
+@pytest.mark.parametrize(
+    ("arrays", "says"), [(make_arrays(n_rows=0), "0 rows"), (make_arrays(n_rows=4, y=np.full(4, 2)), "one class only")]
+)
 def test_empty_and_single_class_datasets_are_refused_at_push(store, arrays, says):
     with pytest.raises(DatasetValidationError, match=says):
         store.push("tiny", arrays)
@@ -71,8 +77,9 @@ def test_pushing_stored_content_transfers_nothing(store):
     assert other_name.ref == "alias@1" and other_name.hash == first.hash
     assert store.stats.bytes_sent == sent  # neither push moved a byte
     after = stored_objects(store)
-    assert {k: v for k, v in after.items() if k not in ("datasets", "records")} == \
-           {k: v for k, v in objects.items() if k not in ("datasets", "records")}
+    assert {k: v for k, v in after.items() if k not in ("datasets", "records")} == {
+        k: v for k, v in objects.items() if k not in ("datasets", "records")
+    }
 
 
 def test_hash_ignores_byte_order_and_memory_layout(store):
@@ -109,6 +116,7 @@ def test_deleting_removes_chunks_and_fold_plans_no_other_version_uses(store, cac
     for ref in ("a@1", "a@2"):
         with cache.open(store, ref) as dataset:
             from tlsearch.data import fold_plan_for
+
             fold_plan_for(store, dataset, KFold(3))
     full = stored_objects(store)
 
@@ -133,16 +141,25 @@ def test_object_arrays_are_refused_and_nothing_is_written(store):
     assert store.list() == [] and all(v == 0 for v in stored_objects(store).values())
 
 
-@pytest.mark.parametrize("arrays, message", [
-    ({"X": np.zeros((5, 2)), "y": np.zeros(4)}, r"'X' has 5 rows but 'y' has 4"),
-    ({"X": np.zeros((3, 2)), "y": np.array([0.0, np.nan, 1.0])}, r"label array 'y' has 1 row\(s\) with NaN values \(first at row 1\)"),
-    ({"X": np.zeros((3, 2)), "y": np.array([0.0, 1.0, np.inf])}, r"label array 'y' .* infinite .* row 2"),
-    ({"X": np.zeros((3, 2)), "y": np.zeros(3), "sample_weight": np.array([1.0, -1.0, 1.0])}, r"'sample_weight' .* negative"),
-    ({"X": np.zeros((3, 2)), "y": np.zeros(3), "groups": np.zeros((3, 2))}, r"'groups' must be 1-D"),
-    ({"X": np.zeros((3, 2)), "y": np.zeros(3), "extra": np.zeros(3)}, r"unknown array name\(s\) 'extra'"),
-    ({"X": np.zeros((3, 2))}, r"missing array\(s\) 'y'"),
-    ({"X": np.zeros((3, 2), dtype="datetime64[s]"), "y": np.zeros(3)}, r"'X' holds datetimes"),
-])
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        ({"X": np.zeros((5, 2)), "y": np.zeros(4)}, r"'X' has 5 rows but 'y' has 4"),
+        (
+            {"X": np.zeros((3, 2)), "y": np.array([0.0, np.nan, 1.0])},
+            r"label array 'y' has 1 row\(s\) with NaN values \(first at row 1\)",
+        ),
+        ({"X": np.zeros((3, 2)), "y": np.array([0.0, 1.0, np.inf])}, r"label array 'y' .* infinite .* row 2"),
+        (
+            {"X": np.zeros((3, 2)), "y": np.zeros(3), "sample_weight": np.array([1.0, -1.0, 1.0])},
+            r"'sample_weight' .* negative",
+        ),
+        ({"X": np.zeros((3, 2)), "y": np.zeros(3), "groups": np.zeros((3, 2))}, r"'groups' must be 1-D"),
+        ({"X": np.zeros((3, 2)), "y": np.zeros(3), "extra": np.zeros(3)}, r"unknown array name\(s\) 'extra'"),
+        ({"X": np.zeros((3, 2))}, r"missing array\(s\) 'y'"),
+        ({"X": np.zeros((3, 2), dtype="datetime64[s]"), "y": np.zeros(3)}, r"'X' holds datetimes"),
+    ],
+)
 def test_invalid_arrays_are_refused_with_the_array_and_the_problem(store, arrays, message):
     with pytest.raises(DatasetValidationError, match=message):
         store.push("bad", arrays)
@@ -155,8 +172,11 @@ def test_invalid_names_and_metadata_are_refused(store):
             store.push(name, make_arrays())
     with pytest.raises(DatasetValidationError, match="metadata"):
         store.push("meta", make_arrays(), metadata={"when": object()})
-    info = store.push("meta", make_arrays(), metadata={"source": "unit test", "scale": np.float32(2.5),
-                                                       "feature_names": np.array(["a", "b"])})
+    info = store.push(
+        "meta",
+        make_arrays(),
+        metadata={"source": "unit test", "scale": np.float32(2.5), "feature_names": np.array(["a", "b"])},
+    )
     assert store.info("meta").metadata == {"source": "unit test", "scale": 2.5, "feature_names": ["a", "b"]}
     assert info.created.tzinfo is not None and store.info("meta").size_bytes == info.size_bytes
 
@@ -223,10 +243,22 @@ def test_mongo_push_takes_over_an_upload_whose_process_died(mongo_uri, mongo_db_
     content_hash = hash_arrays(arrays)
     dead_owner = ObjectId()
     store._ensure_indexes()
-    store._contents.insert_one({"_id": content_hash, "state": "uploading", "owner": dead_owner, "refs": [ObjectId()],
-                                "heartbeat": datetime(2001, 1, 1, tzinfo=timezone.utc), "files": {}})
-    store._upload([memoryview(b"x" * 10000)], f"{content_hash}/X.npy",
-                  {"kind": "array", "dataset_hash": content_hash, "array": "X", "upload": dead_owner}, None)
+    store._contents.insert_one(
+        {
+            "_id": content_hash,
+            "state": "uploading",
+            "owner": dead_owner,
+            "refs": [ObjectId()],
+            "heartbeat": datetime(2001, 1, 1, tzinfo=timezone.utc),
+            "files": {},
+        }
+    )
+    store._upload(
+        [memoryview(b"x" * 10000)],
+        f"{content_hash}/X.npy",
+        {"kind": "array", "dataset_hash": content_hash, "array": "X", "upload": dead_owner},
+        None,
+    )
     info = store.push("revived", arrays)
     assert store._files.count_documents({"metadata.upload": dead_owner}) == 0
     assert store.verify("revived").hash == info.hash
@@ -250,7 +282,11 @@ def test_mongo_reads_chunks_in_bounded_batches(mongo_uri, mongo_db_name, monkeyp
 
         def succeeded(self, event):
             if event.command_name in ("find", "getMore"):
-                batch = event.reply.get("cursor", {}).get("firstBatch") or event.reply.get("cursor", {}).get("nextBatch") or []
+                batch = (
+                    event.reply.get("cursor", {}).get("firstBatch")
+                    or event.reply.get("cursor", {}).get("nextBatch")
+                    or []
+                )
                 if batch and "data" in batch[0]:
                     replies.append(len(batch))
 

@@ -5,11 +5,26 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from data_helpers import fold_plan_in_process, make_arrays, run_in_processes
-from sklearn.model_selection import (GroupKFold, KFold, RepeatedStratifiedKFold, ShuffleSplit, StratifiedGroupKFold,
-                                     StratifiedKFold, TimeSeriesSplit)
+from sklearn.model_selection import (
+    GroupKFold,
+    KFold,
+    RepeatedStratifiedKFold,
+    ShuffleSplit,
+    StratifiedGroupKFold,
+    StratifiedKFold,
+    TimeSeriesSplit,
+)
 
-from tlsearch.data import (DatasetCorruptedError, DatasetValidationError, FoldPlan, FoldPlanMismatchError,
-                           FoldPlanNotFoundError, HostCache, describe_splitter, fold_plan_for)
+from tlsearch.data import (
+    DatasetCorruptedError,
+    DatasetValidationError,
+    FoldPlan,
+    FoldPlanMismatchError,
+    FoldPlanNotFoundError,
+    HostCache,
+    describe_splitter,
+    fold_plan_for,
+)
 from tlsearch.data._gridfs import MongoDatasetStore
 
 
@@ -41,8 +56,7 @@ SPLITTERS = [
 
 @pytest.fixture
 def dataset(store, cache):
-    store.push("folds", make_arrays(n_rows=90, groups=np.arange(90) // 5,
-                                    sample_weight=np.linspace(1, 2, 90)))
+    store.push("folds", make_arrays(n_rows=90, groups=np.arange(90) // 5, sample_weight=np.linspace(1, 2, 90)))
     with cache.open(store, "folds") as dataset:
         yield dataset
 
@@ -78,14 +92,16 @@ def test_plans_are_stored_by_hash_and_served_as_zero_copy_folds(store, cache, da
 
 def test_folds_are_identical_across_processes_even_when_unseeded(store, dataset, tmp_path):
     seeded = KFold(5, shuffle=True, random_state=7)
-    results = run_in_processes(fold_plan_in_process, [(store, "folds", str(tmp_path / f"c{i}"), seeded, None)
-                                                      for i in range(2)])
+    results = run_in_processes(
+        fold_plan_in_process, [(store, "folds", str(tmp_path / f"c{i}"), seeded, None) for i in range(2)]
+    )
     assert results[0] == results[1]
 
     unseeded = KFold(5, shuffle=True)  # random at creation; stored, so everyone after sees the same folds
     plan = fold_plan_for(store, dataset, unseeded)
-    results = run_in_processes(fold_plan_in_process, [(store, "folds", str(tmp_path / f"c{i}"), None, plan.hash)
-                                                      for i in range(2)])
+    results = run_in_processes(
+        fold_plan_in_process, [(store, "folds", str(tmp_path / f"c{i}"), None, plan.hash) for i in range(2)]
+    )
     expected = [(t.tolist(), v.tolist()) for t, v in plan.folds]
     assert results[0] == results[1] == (plan.hash, expected)
     plan.check_matches(dataset.info, KFold(5, shuffle=True))
@@ -104,8 +120,9 @@ def test_plans_survive_a_server_restart(persistent_mongo_server, tmp_path):
     resumed.check_matches(store.info("kept"), StratifiedKFold(4, shuffle=True))
     with HostCache(tmp_path / "worker").open(store, "kept") as dataset:
         for k in range(plan.n_splits):
-            np.testing.assert_array_equal(dataset.fold(resumed, k).validation_index,
-                                          dataset.fold(plan, k).validation_index)
+            np.testing.assert_array_equal(
+                dataset.fold(resumed, k).validation_index, dataset.fold(plan, k).validation_index
+            )
             np.testing.assert_array_equal(resumed.folds[k][0], plan.folds[k][0])
     store.verify("kept")
     store.close()
@@ -116,8 +133,10 @@ def test_a_resume_with_other_data_or_splitter_says_what_changed(store, cache, da
     changed = store.push("folds", make_arrays(n_rows=91), new_version=True)
     with pytest.raises(FoldPlanMismatchError, match=r"the dataset changed: .*\(90 rows\).*folds@2 .*\(91 rows\)"):
         plan.check_matches(changed, KFold(5, shuffle=True, random_state=0))
-    with pytest.raises(FoldPlanMismatchError,
-                       match=r"the splitter changed: .*KFold\(n_splits=5, random_state=0.*now it is KFold\(n_splits=3"):
+    with pytest.raises(
+        FoldPlanMismatchError,
+        match=r"the splitter changed: .*KFold\(n_splits=5, random_state=0.*now it is KFold\(n_splits=3",
+    ):
         plan.check_matches(dataset.info, KFold(3, shuffle=True, random_state=0))
     with pytest.raises(FoldPlanMismatchError, match="dataset changed.*; the splitter changed"):
         plan.check_matches(changed, StratifiedKFold(5))
@@ -126,8 +145,9 @@ def test_a_resume_with_other_data_or_splitter_says_what_changed(store, cache, da
 
 
 def test_splitter_descriptions_are_deterministic():
-    assert describe_splitter(KFold(5, shuffle=True, random_state=np.random.RandomState(0))) == \
-           describe_splitter(KFold(5, shuffle=True, random_state=np.random.RandomState(1)))
+    assert describe_splitter(KFold(5, shuffle=True, random_state=np.random.RandomState(0))) == describe_splitter(
+        KFold(5, shuffle=True, random_state=np.random.RandomState(1))
+    )
     assert "0x" not in describe_splitter(KFold(5, shuffle=True, random_state=np.random.RandomState(0)))
     assert describe_splitter(EveryThirdRow(2)) == "EveryThirdRow(offset=2)"
     with pytest.raises(DatasetValidationError, match="not a splitter"):

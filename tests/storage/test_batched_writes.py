@@ -35,8 +35,7 @@ def test_an_intermediate_value_and_user_attrs_in_one_write(stores):
     writer.set_trial_user_attrs(trial_id, {"mean_test_score": 0.85})
     seen = reopen().get_trial(trial_id)
     assert seen.intermediate_values == {0: 0.9, 1: 0.85}
-    assert seen.user_attrs == {"split0_test_score": 0.9, "a.b": [1], "split1_test_score": 0.8,
-                               "mean_test_score": 0.85}
+    assert seen.user_attrs == {"split0_test_score": 0.9, "a.b": [1], "split1_test_score": 0.8, "mean_test_score": 0.85}
     writer.set_trial_state_values(trial_id, TrialState.COMPLETE, [0.85])
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
         writer.set_trial_intermediate_value_and_user_attrs(trial_id, 2, 0.7, {"late": 1})
@@ -56,8 +55,12 @@ def test_a_kfold_trial_reports_each_fold_with_its_scores(stores):
     writer, reopen = stores
     study = optuna.create_study(storage=writer, direction="maximize")
     trial = study.ask()
-    spec = tlsearch.StudySpec(name="t", dataset="sklearn:iris", space=lambda trial: {},
-                              model=tlsearch.CustomLoop(lambda params, fold, report: 0.0))
+    spec = tlsearch.StudySpec(
+        name="t",
+        dataset="sklearn:iris",
+        space=lambda trial: {},
+        model=tlsearch.CustomLoop(lambda params, fold, report: 0.0),
+    )
     recorder = _ResultRecorder(trial, spec, {"n_splits": 2})
     for index, score in enumerate([0.8, 0.6]):
         recorder.add(index, FoldResult(test_scores=[score], fit_time=1.0, score_time=0.1))

@@ -49,8 +49,10 @@ def counted(mongo_uri, mongo_db_name):
 
 def add_trials(storage: MongoStorage, study_id: int, n: int, state: TrialState = TrialState.COMPLETE) -> list[int]:
     template = optuna.trial.create_trial(
-        state=state, value=1.0 if state == TrialState.COMPLETE else None,
-        params={"x": 0.5}, distributions={"x": optuna.distributions.FloatDistribution(0, 1)},
+        state=state,
+        value=1.0 if state == TrialState.COMPLETE else None,
+        params={"x": 0.5},
+        distributions={"x": optuna.distributions.FloatDistribution(0, 1)},
         intermediate_values={0: 1.0, 1: 0.5},
     )
     return [storage.create_new_trial(study_id, template) for _ in range(n)]

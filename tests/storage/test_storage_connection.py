@@ -17,8 +17,8 @@ from pymongo.collection import Collection
 from pymongo.errors import AutoReconnect
 
 from tlsearch.errors import TLSearchError
+from tlsearch.mongo import mask_uri
 from tlsearch.storage import MongoStorage, MongoUnavailableError
-from tlsearch.storage._client import mask_uri
 
 SECRET = "s3cr3t-pw"
 
@@ -78,8 +78,15 @@ def test_credentials_are_never_shown(mongo_uri, caplog):
         assert SECRET not in repr(storage) and SECRET not in str(storage)
 
     lazy = MongoStorage.__new__(MongoStorage)
-    lazy.__setstate__({"url": uri, "database": "db", "heartbeat_interval": None, "grace_period": None,
-                       "heartbeat_stale_trial_callback": None})
+    lazy.__setstate__(
+        {
+            "url": uri,
+            "database": "db",
+            "heartbeat_interval": None,
+            "grace_period": None,
+            "heartbeat_stale_trial_callback": None,
+        }
+    )
     assert repr(lazy) == f"MongoStorage('mongodb://***@127.0.0.1:{uri.split(':')[3]}', database='db')"
 
 
@@ -88,10 +95,14 @@ def test_credentials_are_never_shown(mongo_uri, caplog):
     [
         ("mongodb://u:p@h:1/db?x=1", "mongodb://***@h:1/db?x=1"),
         ("mongodb+srv://user:p%40ss@cluster.example.net/", "mongodb+srv://***@cluster.example.net/"),
-        ("mongodb://h1,h2/?tlsCertificateKeyFilePassword=abc&w=1",
-         "mongodb://h1,h2/?tlsCertificateKeyFilePassword=***&w=1"),
-        ("mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:t0k",
-         "mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=***"),
+        (
+            "mongodb://h1,h2/?tlsCertificateKeyFilePassword=abc&w=1",
+            "mongodb://h1,h2/?tlsCertificateKeyFilePassword=***&w=1",
+        ),
+        (
+            "mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:t0k",
+            "mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=***",
+        ),
         ("mongodb://h/", "mongodb://h/"),
     ],
 )
@@ -130,6 +141,7 @@ def test_a_write_lost_before_the_server_saw_it_is_retried(mongo_storage, monkeyp
                 failures[name] -= 1
                 raise AutoReconnect("connection refused (simulated)")
             return original(self, *args, **kwargs)
+
         return call
 
     monkeypatch.setattr(Collection, "update_one", flaky("update_one", update_one))

@@ -130,7 +130,8 @@ def test_documents_are_readable(mongo_storage, mongo_uri, mongo_db_name):
     assert document["state"] == "COMPLETE" and document["values"] == [0.25, 0.75]
     assert document["params"]["activation"]["value"] in ("relu", "tanh")
     assert document["params"]["layers"]["distribution"] == {
-        "name": "IntDistribution", "attributes": {"log": False, "step": 1, "low": 1, "high": 4}
+        "name": "IntDistribution",
+        "attributes": {"log": False, "step": 1, "low": 1, "high": 4},
     }
     assert document["intermediate_values"] == {"0": 0.5}
     assert document["user_attrs"] == {"split0%2Etest_score": 0.9}

@@ -29,8 +29,17 @@ def objective(trial: optuna.Trial) -> float:
 
 def summary(study: optuna.Study) -> list[tuple]:
     return [
-        (t.number, t.state, t.values, t.params, t.distributions, t.user_attrs, t.intermediate_values,
-         t.datetime_start, t.datetime_complete)
+        (
+            t.number,
+            t.state,
+            t.values,
+            t.params,
+            t.distributions,
+            t.user_attrs,
+            t.intermediate_values,
+            t.datetime_start,
+            t.datetime_complete,
+        )
         for t in study.get_trials()
     ]
 

@@ -16,8 +16,7 @@ import pytest
 from optuna.storages import RetryHeartbeatStaleTrialCallback, fail_stale_trials
 from optuna.trial import TrialState
 
-from tlsearch.storage import MongoStorage
-from tlsearch.storage import _mongo
+from tlsearch.storage import MongoStorage, _mongo
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 

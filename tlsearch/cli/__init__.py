@@ -3,7 +3,7 @@
 Each module exposes `register(subparsers, parent)`, which adds its parser (with `parents=[parent]` for the
 common options) and sets `func(args) -> int | None`.
 Errors a user can fix (`TLSearchError`, bad input) print one line and exit 1; `--debug` shows the traceback.
-`run` and `resume` exit with the codes of `tlsearch.runner.EXIT_CODES` (README: "Faults, stopping and resuming").
+`run` and `resume` exit with the codes of `tlsearch.driver.EXIT_CODES` (README: "Faults, stopping and resuming").
 """
 
 from __future__ import annotations
@@ -25,16 +25,25 @@ _COMMANDS = ("study", "results", "refit", "dataset", "worker", "examples")
 def common_options() -> argparse.ArgumentParser:
     """Options every sub-command accepts (flag, then environment variable, then default)."""
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--mongo", metavar="URI", default=None,
-                        help="MongoDB URI of the study and dataset stores (default: $TLSEARCH_MONGO_URI, "
-                             "else the embedded default under --home)")
+    parser.add_argument(
+        "--mongo",
+        metavar="URI",
+        default=None,
+        help="MongoDB URI of the study and dataset stores (default: $TLSEARCH_MONGO_URI, "
+        "else the embedded default under --home)",
+    )
     parser.add_argument("--database", default=config.DEFAULT_DATABASE, help="MongoDB database (default: %(default)s)")
-    parser.add_argument("--home", metavar="DIR", default=None,
-                        help="folder of the embedded default (default: $TLSEARCH_HOME, else ./.tlsearch)")
+    parser.add_argument(
+        "--home",
+        metavar="DIR",
+        default=None,
+        help="folder of the embedded default (default: $TLSEARCH_HOME, else ./.tlsearch)",
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     loudness = parser.add_mutually_exclusive_group()
-    loudness.add_argument("-v", "--verbose", action="store_true",
-                          help="more output: debug logs, Optuna's and TensorFlow's start-up logs")
+    loudness.add_argument(
+        "-v", "--verbose", action="store_true", help="more output: debug logs, Optuna's and TensorFlow's start-up logs"
+    )
     loudness.add_argument("-q", "--quiet", action="store_true", help="only warnings, errors and results")
     return parser
 
@@ -66,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tlsearch",
         description="Hyperparameter search with k-fold cross-validation on Optuna + Dask, "
-                    "with studies and datasets in MongoDB or a local folder.",
+        "with studies and datasets in MongoDB or a local folder.",
         epilog="example: tlsearch run studies/digits_mlp.py --n-trials 20",
     )
     parser.add_argument("--version", action="version", version=f"tlsearch {tlsearch.__version__}")
@@ -89,7 +98,9 @@ def setup_logging(args) -> None:
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     optuna.logging.set_verbosity(logging.INFO if verbose else logging.WARNING)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s" if verbose else "tlsearch: %(message)s"))
+    handler.setFormatter(
+        logging.Formatter("%(levelname)s %(name)s: %(message)s" if verbose else "tlsearch: %(message)s")
+    )
     logger = logging.getLogger("tlsearch")
     logger.handlers[:] = [handler]
     logger.propagate = False

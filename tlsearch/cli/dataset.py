@@ -10,9 +10,11 @@ import textwrap
 from tlsearch import config
 
 _EXAMPLES = {
-    "push": ("tlsearch dataset push digits sklearn:digits\n"
-             "  tlsearch dataset push churn data/churn.csv --label churned --groups customer_id\n"
-             "  tlsearch dataset push churn data/churn.csv --label churned --new-version"),
+    "push": (
+        "tlsearch dataset push digits sklearn:digits\n"
+        "  tlsearch dataset push churn data/churn.csv --label churned --groups customer_id\n"
+        "  tlsearch dataset push churn data/churn.csv --label churned --new-version"
+    ),
     "ls": "tlsearch dataset ls --mongo mongodb://db.example:27017",
     "show": "tlsearch dataset show digits@1",
     "rm": "tlsearch dataset rm churn@2      (rm churn removes every version)",
@@ -23,28 +25,44 @@ _PROGRESS_MIN_BYTES = 16 << 20
 
 def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
-        "dataset", parents=[parent], help="push, list, show, remove and verify datasets",
+        "dataset",
+        parents=[parent],
+        help="push, list, show, remove and verify datasets",
         description="Manage the dataset store: MongoDB GridFS when a URI is given (--mongo or "
-                    "$TLSEARCH_MONGO_URI), otherwise the local folder under --home.",
-        epilog="example: tlsearch dataset push digits sklearn:digits && tlsearch dataset ls")
+        "$TLSEARCH_MONGO_URI), otherwise the local folder under --home.",
+        epilog="example: tlsearch dataset push digits sklearn:digits && tlsearch dataset ls",
+    )
     actions = parser.add_subparsers(dest="dataset_action", metavar="ACTION", required=True)
     common = _trailing_copy(parent)
 
     def action(name: str, help: str, description: str, handler):
-        sub = actions.add_parser(name, parents=[common], help=help, description=textwrap.fill(description, 79),
-                                 epilog=f"example:\n  {_EXAMPLES[name]}", formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = actions.add_parser(
+            name,
+            parents=[common],
+            help=help,
+            description=textwrap.fill(description, 79),
+            epilog=f"example:\n  {_EXAMPLES[name]}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         sub.set_defaults(func=handler)
         return sub
 
-    push = action("push", "store a dataset from a file or a built-in source",
-                  "Store PATH as dataset NAME. PATH is a .npz, .npy, .csv or .parquet file, or sklearn:digits, "
-                  "sklearn:wine, sklearn:breast_cancer or sklearn:iris. Content already stored is not "
-                  "transferred again; different content under an existing NAME needs --new-version.", _push)
+    push = action(
+        "push",
+        "store a dataset from a file or a built-in source",
+        "Store PATH as dataset NAME. PATH is a .npz, .npy, .csv or .parquet file, or sklearn:digits, "
+        "sklearn:wine, sklearn:breast_cancer or sklearn:iris. Content already stored is not "
+        "transferred again; different content under an existing NAME needs --new-version.",
+        _push,
+    )
     push.add_argument("name", metavar="NAME", help="dataset name (letters, digits, '.', '_', '-')")
     push.add_argument("path", metavar="PATH", help="file or sklearn:NAME")
-    push.add_argument("--features", metavar="COLS",
-                      help="comma-separated feature columns (default: all but the label, groups and weights; "
-                           ".npy: column numbers; .npz: the features array's key)")
+    push.add_argument(
+        "--features",
+        metavar="COLS",
+        help="comma-separated feature columns (default: all but the label, groups and weights; "
+        ".npy: column numbers; .npz: the features array's key)",
+    )
     push.add_argument("--label", metavar="COL", help="label column (default: the last column; .npz: key, default y)")
     push.add_argument("--groups", metavar="COL", help="column of group ids, for GroupKFold and the like")
     push.add_argument("--sample-weight", metavar="COL", help="column of per-row sample weights")
@@ -52,21 +70,37 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
 
     action("ls", "list stored datasets", "List every stored dataset version.", _ls)
 
-    show = action("show", "describe one dataset", "Show a dataset's arrays, metadata and versions "
-                  "(NAME is the latest version).", _show)
+    show = action(
+        "show",
+        "describe one dataset",
+        "Show a dataset's arrays, metadata and versions (NAME is the latest version).",
+        _show,
+    )
     show.add_argument("ref", metavar="NAME[@VERSION]")
     show.add_argument("--json", action="store_true", help="print the record as JSON")
 
-    rm = action("rm", "delete a dataset or one version", "Delete NAME@VERSION, or every version of NAME; "
-                "stored bytes and fold plans no other version uses are removed too.", _rm)
+    rm = action(
+        "rm",
+        "delete a dataset or one version",
+        "Delete NAME@VERSION, or every version of NAME; "
+        "stored bytes and fold plans no other version uses are removed too.",
+        _rm,
+    )
     rm.add_argument("ref", metavar="NAME[@VERSION]")
 
-    verify = action("verify", "re-read a dataset and check its hash",
-                    "Read every stored byte of the dataset back and check its content hash; then re-hash "
-                    "this host's cached copy, if there is one, fetching it again when damaged.", _verify)
+    verify = action(
+        "verify",
+        "re-read a dataset and check its hash",
+        "Read every stored byte of the dataset back and check its content hash; then re-hash "
+        "this host's cached copy, if there is one, fetching it again when damaged.",
+        _verify,
+    )
     verify.add_argument("ref", metavar="NAME[@VERSION]")
-    verify.add_argument("--cache-dir", metavar="DIR", help="host cache folder (default: $TLSEARCH_CACHE_DIR, "
-                        "else the user cache directory)")
+    verify.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="host cache folder (default: $TLSEARCH_CACHE_DIR, else the user cache directory)",
+    )
 
 
 def _trailing_copy(parent: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -95,16 +129,25 @@ def _store(args):
 def _progress(description: str, total: int):
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=description, file=sys.stderr,
-                disable=total < _PROGRESS_MIN_BYTES, leave=False)
+    return tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=description,
+        file=sys.stderr,
+        disable=total < _PROGRESS_MIN_BYTES,
+        leave=False,
+    )
 
 
 def _push(args) -> int:
     from tlsearch.data import DatasetNotFoundError, read_source
     from tlsearch.data._npy import npy_size
 
-    arrays, metadata = read_source(args.path, features=args.features, label=args.label, groups=args.groups,
-                                   sample_weight=args.sample_weight)
+    arrays, metadata = read_source(
+        args.path, features=args.features, label=args.label, groups=args.groups, sample_weight=args.sample_weight
+    )
     with _store(args) as store:
         try:
             before = store.info(args.name).ref
@@ -132,8 +175,17 @@ def _ls(args) -> int:
     rows = [("NAME", "VERSION", "ROWS", "FEATURES", "SIZE", "CREATED", "SHA256")]
     for info in infos:
         x_shape = info.arrays["X"]["shape"]
-        rows.append((info.name, str(info.version), str(info.n_rows), str(_features(x_shape)), _size(info.size_bytes),
-                     info.created.strftime("%Y-%m-%d %H:%M"), info.hash[:12]))
+        rows.append(
+            (
+                info.name,
+                str(info.version),
+                str(info.n_rows),
+                str(_features(x_shape)),
+                _size(info.size_bytes),
+                info.created.strftime("%Y-%m-%d %H:%M"),
+                info.hash[:12],
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
@@ -186,9 +238,13 @@ def _verify(args) -> int:
             store.verify(info.ref, progress=bar.update)
         print(f"{info.ref}: stored copy ok ({_size(store.stats.bytes_received)} read, sha256 {info.hash[:12]})")
         state = HostCache(config.cache_dir(args.cache_dir)).verify(store, info.ref)
-    print({"absent": "  not in this host's cache",
-           "ok": "  this host's cached copy ok",
-           "healed": "  this host's cached copy was damaged: fetched again"}[state])
+    print(
+        {
+            "absent": "  not in this host's cache",
+            "ok": "  this host's cached copy ok",
+            "healed": "  this host's cached copy was damaged: fetched again",
+        }[state]
+    )
     return 0
 
 

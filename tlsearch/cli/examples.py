@@ -11,16 +11,22 @@ from tlsearch.errors import TLSearchError
 
 def register(subparsers, parent) -> None:
     examples = subparsers.add_parser(
-        "examples", parents=[parent], help="list the example studies shipped with tlsearch",
+        "examples",
+        parents=[parent],
+        help="list the example studies shipped with tlsearch",
         description="The example study files shipped with tlsearch. Run one as `tlsearch run example:NAME`, "
-                    "or copy it here to edit with `tlsearch init NAME`.",
-        epilog="example: tlsearch run example:wine_sklearn --n-trials 5")
+        "or copy it here to edit with `tlsearch init NAME`.",
+        epilog="example: tlsearch run example:wine_sklearn --n-trials 5",
+    )
     examples.set_defaults(func=_examples)
 
     init = subparsers.add_parser(
-        "init", parents=[parent], help="copy an example study into the current folder",
+        "init",
+        parents=[parent],
+        help="copy an example study into the current folder",
         description="Copy example study NAME (see `tlsearch examples`) to ./NAME.py, to edit and run.",
-        epilog="example: tlsearch init digits_mlp && tlsearch run digits_mlp.py")
+        epilog="example: tlsearch init digits_mlp && tlsearch run digits_mlp.py",
+    )
     init.add_argument("name", metavar="NAME")
     init.add_argument("--force", action="store_true", help="overwrite ./NAME.py if it exists")
     init.set_defaults(func=_init)

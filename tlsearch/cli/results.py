@@ -14,61 +14,93 @@ from tlsearch.errors import TLSearchError
 
 def register(subparsers, parent) -> None:
     status = subparsers.add_parser(
-        "status", parents=[parent], help="studies and their progress",
+        "status",
+        parents=[parent],
+        help="studies and their progress",
         description="All studies in the store, or one: trials complete / pruned / failed / running, best value, "
-                    "dataset, started, last activity.",
-        epilog="example: tlsearch status digits-mlp --json")
+        "dataset, started, last activity.",
+        epilog="example: tlsearch status digits-mlp --json",
+    )
     status.add_argument("name", metavar="NAME", nargs="?")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=_status)
 
     best = subparsers.add_parser(
-        "best", parents=[parent], help="the best trial of a study",
+        "best",
+        parents=[parent],
+        help="the best trial of a study",
         description="The best trial of study NAME: params, mean ± std CV score and per-fold scores.",
-        epilog="example: tlsearch best digits-mlp")
+        epilog="example: tlsearch best digits-mlp",
+    )
     best.add_argument("name", metavar="NAME")
     best.add_argument("--json", action="store_true", help="machine-readable output")
     best.set_defaults(func=_best)
 
     trials = subparsers.add_parser(
-        "trials", parents=[parent], help="the trials of a study, with per-fold scores",
+        "trials",
+        parents=[parent],
+        help="the trials of a study, with per-fold scores",
         description="The trials of study NAME: Optuna's trials_dataframe() led by scikit-learn's cv_results_ "
-                    "columns (rank_test_score, mean/std test score, fit and score times, split{k}_test_score, "
-                    "n_folds_run), then values, state, times and params_*.",
-        epilog="example: tlsearch trials digits-mlp --state complete --format csv > trials.csv")
+        "columns (rank_test_score, mean/std test score, fit and score times, split{k}_test_score, "
+        "n_folds_run), then values, state, times and params_*.",
+        epilog="example: tlsearch trials digits-mlp --state complete --format csv > trials.csv",
+    )
     trials.add_argument("name", metavar="NAME")
-    trials.add_argument("--format", choices=("table", "csv", "json", "parquet"), default="table",
-                        help="parquet needs pyarrow (pip install 'tlsearch[parquet]') and --output")
+    trials.add_argument(
+        "--format",
+        choices=("table", "csv", "json", "parquet"),
+        default="table",
+        help="parquet needs pyarrow (pip install 'tlsearch[parquet]') and --output",
+    )
     trials.add_argument("-o", "--output", default=None, help="file to write (default: standard output)")
-    trials.add_argument("--state", action="append", type=str.upper,
-                        choices=[s.name for s in TrialState], metavar="STATE",
-                        help="only trials in this state (complete, pruned, fail, running, waiting); repeatable")
+    trials.add_argument(
+        "--state",
+        action="append",
+        type=str.upper,
+        choices=[s.name for s in TrialState],
+        metavar="STATE",
+        help="only trials in this state (complete, pruned, fail, running, waiting); repeatable",
+    )
     trials.set_defaults(func=_trials)
 
     report = subparsers.add_parser(
-        "report", parents=[parent], help="write the HTML report of a study",
+        "report",
+        parents=[parent],
+        help="write the HTML report of a study",
         description="Write a self-contained HTML report (opens offline), with PNGs of its figures on request.",
-        epilog="example: tlsearch report digits-mlp -o report.html")
+        epilog="example: tlsearch report digits-mlp -o report.html",
+    )
     report.add_argument("name", metavar="NAME")
     report.add_argument("-o", "--output", default=None, help="HTML file to write (default: HOME/reports/NAME.html)")
-    report.add_argument("--png", action="store_true",
-                        help="also write a PNG of each figure beside the page (needs pip install 'tlsearch[png]')")
+    report.add_argument(
+        "--png",
+        action="store_true",
+        help="also write a PNG of each figure beside the page (needs pip install 'tlsearch[png]')",
+    )
     report.set_defaults(func=_report)
 
     dashboard = subparsers.add_parser(
-        "dashboard", parents=[parent], help="serve optuna-dashboard on the study store",
+        "dashboard",
+        parents=[parent],
+        help="serve optuna-dashboard on the study store",
         description="Serve optuna-dashboard on the study store (MongoDB or the local journal).",
-        epilog="example: tlsearch dashboard --port 8080")
-    dashboard.add_argument("name", metavar="NAME", nargs="?", help="accepted for symmetry; the dashboard lists every study")
+        epilog="example: tlsearch dashboard --port 8080",
+    )
+    dashboard.add_argument(
+        "name", metavar="NAME", nargs="?", help="accepted for symmetry; the dashboard lists every study"
+    )
     dashboard.add_argument("--host", default="127.0.0.1")
     dashboard.add_argument("--port", type=int, default=8080)
     dashboard.set_defaults(func=_dashboard)
 
     copy = subparsers.add_parser(
-        "copy", parents=[parent], help="copy a study between stores (e.g. local → MongoDB)",
+        "copy",
+        parents=[parent],
+        help="copy a study between stores (e.g. local → MongoDB)",
         description="Copy study NAME from the store selected by --mongo/--home to the MongoDB at --to "
-                    "(optuna.copy_study underneath; the fold plan and dataset references come along).",
-        epilog="example: tlsearch copy digits-mlp --to mongodb://db.example:27017")
+        "(optuna.copy_study underneath; the fold plan and dataset references come along).",
+        epilog="example: tlsearch copy digits-mlp --to mongodb://db.example:27017",
+    )
     copy.add_argument("name", metavar="NAME")
     copy.add_argument("--to", metavar="URI", required=True, help="MongoDB URI to copy the study into")
     copy.add_argument("--to-database", default=None, help="database there (default: --database)")
@@ -76,16 +108,14 @@ def register(subparsers, parent) -> None:
     copy.set_defaults(func=_copy)
 
 
-
-
 def _load(args) -> optuna.Study:
-    from tlsearch import runner
+    from tlsearch import study_attrs
 
-    return runner.load(stores_of(args), args.name)
+    return study_attrs.load(stores_of(args), args.name)
 
 
 def _status(args) -> int:
-    from tlsearch import results
+    from tlsearch import trials_table
 
     stores = stores_of(args)
     storage = stores.study_storage()
@@ -94,25 +124,27 @@ def _status(args) -> int:
         summaries = [s for s in summaries if s.study_name == args.name]
         if not summaries:
             raise TLSearchError(f"no study named {args.name!r} in {stores.describe()}")
-    rows = [results.study_status(s, optuna.load_study(study_name=s.study_name, storage=storage)) for s in summaries]
+    rows = [
+        trials_table.study_status(s, optuna.load_study(study_name=s.study_name, storage=storage)) for s in summaries
+    ]
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     elif not rows:
         print(f"no studies in {stores.describe()}")
     else:
-        print(results.format_rows(rows))
+        print(trials_table.format_rows(rows))
     return 0
 
 
 def _best(args) -> int:
-    from tlsearch import results
+    from tlsearch import trials_table
 
     study = _load(args)
     if args.json:
-        best = [results.trial_row(t) for t in _best_trials(study)]
-        print(results.format_rows(best, "json"))
+        best = [trials_table.trial_row(t) for t in _best_trials(study)]
+        print(trials_table.format_rows(best, "json"))
     else:
-        print(results.best_summary(study))
+        print(trials_table.best_summary(study))
     return 0
 
 
@@ -124,14 +156,14 @@ def _best_trials(study: optuna.Study):
 
 
 def _trials(args) -> int:
-    from tlsearch import results
+    from tlsearch import trials_table
 
     states = tuple(TrialState[s] for s in args.state) if args.state else None
     if args.format == "parquet" and not args.output:
         raise TLSearchError("--format parquet writes a file: give it with --output FILE.parquet")
     if args.format == "parquet":
-        results.require_pyarrow()  # before reading the study
-    text = results.format_frame(results.trials_frame(_load(args), states), args.format, args.output)
+        trials_table.require_pyarrow()  # before reading the study
+    text = trials_table.format_frame(trials_table.trials_frame(_load(args), states), args.format, args.output)
     if text is not None and args.output:
         Path(args.output).write_text(text, encoding="utf-8")
     elif text is not None:
@@ -156,18 +188,19 @@ def _dashboard(args) -> int:
         raise TLSearchError("optuna-dashboard is not installed: pip install 'tlsearch[dashboard]'") from None
     stores = stores_of(args)
     print(f"optuna-dashboard on {stores.describe()}: http://{args.host}:{args.port}/  (Ctrl-C to stop)")
-    optuna_dashboard.run_server(stores.study_storage(), host=args.host, port=args.port,
-                                artifact_store=stores.artifact_store())
+    optuna_dashboard.run_server(
+        stores.study_storage(), host=args.host, port=args.port, artifact_store=stores.artifact_store()
+    )
     return 0
 
 
 def _copy(args) -> int:
-    from tlsearch import runner
+    from tlsearch import study_attrs
     from tlsearch.stores import Stores
 
     source = stores_of(args)
     target = Stores.resolve(args.to, args.to_database or args.database, args.home)
     to_name = args.to_name or args.name
-    runner.copy(source, target, args.name, to_name)
+    study_attrs.copy(source, target, args.name, to_name)
     print(f"copied study {args.name!r} with its dataset from {source.describe()} to {target.describe()} as {to_name!r}")
     return 0

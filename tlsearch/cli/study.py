@@ -8,36 +8,49 @@ from pathlib import Path
 
 from tlsearch import config
 from tlsearch.cli import security_of, stores_of, tls_options
-from tlsearch.errors import TLSearchError
 
 log = logging.getLogger(__name__)
 
 
 def register(subparsers, parent) -> None:
     run = subparsers.add_parser(
-        "run", parents=[parent, _driver_options()], help="run a study file to its target",
-        description="Run the study defined in STUDY_FILE (a Python file with a `study = tlsearch.StudySpec(...)`) "
-                    "until --n-trials trials are complete or pruned in total, then print the best trial and "
-                    "write the report. Running an existing study again continues it.",
-        epilog="example: tlsearch run studies/digits_mlp.py --n-trials 20 --workers 2")
+        "run",
+        parents=[parent, _driver_options()],
+        help="run a study file to its target",
+        description="Run the study defined in STUDY_FILE (a Python file with a `spec = tlsearch.StudySpec(...)`) "
+        "until --n-trials trials are complete or pruned in total, then print the best trial and "
+        "write the report. Running an existing study again continues it.",
+        epilog="example: tlsearch run studies/digits_mlp.py --n-trials 20 --workers 2",
+    )
     run.add_argument("study_file", metavar="STUDY_FILE", help="path of the study file")
     run.add_argument("--name", help="study name (default: the name in the study file)")
     run.set_defaults(func=_run)
 
     resume = subparsers.add_parser(
-        "resume", parents=[parent, _driver_options()], help="continue a study from the store",
+        "resume",
+        parents=[parent, _driver_options()],
+        help="continue a study from the store",
         description="Continue study NAME from the study store, with the study file it was run with on this "
-                    "machine (or --study PATH), after checking that its dataset and fold plan are unchanged.",
-        epilog="example: tlsearch resume digits-mlp --n-trials 40")
+        "machine (or --study PATH), after checking that its dataset and fold plan are unchanged.",
+        epilog="example: tlsearch resume digits-mlp --n-trials 40",
+    )
     resume.add_argument("name", metavar="NAME")
-    resume.add_argument("--study", "--study-file", dest="study_file", metavar="PATH",
-                        help="study file to run (default: the one that ran NAME on this machine)")
+    resume.add_argument(
+        "--study",
+        "--study-file",
+        dest="study_file",
+        metavar="PATH",
+        help="study file to run (default: the one that ran NAME on this machine)",
+    )
     resume.set_defaults(func=_resume)
 
     stop = subparsers.add_parser(
-        "stop", parents=[parent], help="ask running drivers to finish",
+        "stop",
+        parents=[parent],
+        help="ask running drivers to finish",
         description="Ask every driver running study NAME to finish its running trials and start no new ones.",
-        epilog="example: tlsearch stop digits-mlp")
+        epilog="example: tlsearch stop digits-mlp",
+    )
     stop.add_argument("name", metavar="NAME")
     stop.set_defaults(func=_stop)
 
@@ -45,50 +58,81 @@ def register(subparsers, parent) -> None:
 def _driver_options() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(add_help=False, parents=[tls_options()])
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--scheduler", metavar="ADDR",
-                       help="address of an existing Dask scheduler, e.g. tcp://10.0.0.5:8786 "
-                            "(default: $TLSEARCH_SCHEDULER, else a local cluster)")
-    where.add_argument("--workers", type=int, metavar="N", help="worker processes of the local cluster (default: one per core)")
-    parser.add_argument("--parallelism", type=int, metavar="N", help="trials in flight (default: the cluster's capacity)")
-    parser.add_argument("--n-trials", type=int, metavar="N", help="complete + pruned trials to reach, counting earlier ones")
+    where.add_argument(
+        "--scheduler",
+        metavar="ADDR",
+        help="address of an existing Dask scheduler, e.g. tcp://10.0.0.5:8786 "
+        "(default: $TLSEARCH_SCHEDULER, else a local cluster)",
+    )
+    where.add_argument(
+        "--scheduler-file",
+        metavar="PATH",
+        help="JSON file naming the scheduler, as `dask scheduler --scheduler-file PATH` writes it",
+    )
+    where.add_argument(
+        "--workers", type=int, metavar="N", help="worker processes of the local cluster (default: one per core)"
+    )
+    parser.add_argument(
+        "--parallelism", type=int, metavar="N", help="trials in flight (default: the cluster's capacity)"
+    )
+    parser.add_argument(
+        "--n-trials", type=int, metavar="N", help="complete + pruned trials to reach, counting earlier ones"
+    )
     parser.add_argument("--timeout", type=float, metavar="S", help="stop starting trials after S seconds")
-    parser.add_argument("--progress", choices=("auto", "bar", "log", "off"), default="auto",
-                        help="live bar, one line per trial, or nothing (default: bar on a terminal)")
-    parser.add_argument("--report", metavar="PATH", help="where to write the HTML report (default: HOME/reports/NAME.html)")
+    parser.add_argument(
+        "--progress",
+        choices=("auto", "bar", "log", "off"),
+        default="auto",
+        help="live bar, one line per trial, or nothing (default: bar on a terminal)",
+    )
+    parser.add_argument(
+        "--report", metavar="PATH", help="where to write the HTML report (default: HOME/reports/NAME.html)"
+    )
     parser.add_argument("--no-report", action="store_true", help="do not write the report")
     return parser
 
 
 def _run(args) -> int:
-    from tlsearch.study import load_study_file
+    from tlsearch.study import load_study_file, study_file_path
 
-    spec = load_study_file(args.study_file)
-    return _drive(args, spec, args.name or spec.name, args.study_file, resume=False)
+    study_file = study_file_path(args.study_file)  # `example:NAME` recorded as the shipped file's path
+    spec = load_study_file(study_file)
+    return _drive(args, spec, args.name or spec.name, study_file, resume=False)
 
 
 def _resume(args) -> int:
-    from tlsearch import runner, study_files
+    from tlsearch import study_attrs, study_files
     from tlsearch.study import load_study_file
 
     stores = stores_of(args)
-    hint = runner.system_attrs(runner.load(stores, args.name)).get(runner.ATTR_STUDY_FILE)
+    hint = study_attrs.read(study_attrs.load(stores, args.name)).get(study_attrs.STUDY_FILE)
     study_file = study_files.resolve(stores, args.name, args.study_file, hint)
     return _drive(args, load_study_file(study_file), args.name, study_file, resume=True)
 
 
 def _drive(args, spec, name: str, study_file, resume: bool) -> int:
     """Run the study, print its best trial, write the report; the exit code says why the run ended."""
-    from tlsearch import results, runner
+    from tlsearch import driver, trials_table
 
     stores = stores_of(args)
-    result = runner.drive(spec, stores=stores, scheduler=config.scheduler(args.scheduler), n_workers=args.workers,
-                          parallelism=args.parallelism, n_trials=args.n_trials, timeout=args.timeout, name=name,
-                          study_file=study_file, progress="off" if args.quiet else args.progress, resume=resume,
-                          security=security_of(args))
-    if result.reason == runner.NOTHING_TO_DO:
+    result = driver.drive(
+        spec,
+        stores=stores,
+        scheduler=config.scheduler(args.scheduler, args.scheduler_file),
+        n_workers=args.workers,
+        parallelism=args.parallelism,
+        n_trials=args.n_trials,
+        timeout=args.timeout,
+        name=name,
+        study_file=study_file,
+        progress="off" if args.quiet else args.progress,
+        resume=resume,
+        security=security_of(args),
+    )
+    if result.reason == driver.NOTHING_TO_DO:
         log.info("nothing to do: %s", result.detail)
         return result.exit_code
-    print(results.best_summary(result.study))
+    print(trials_table.best_summary(result.study))
     if not args.no_report:
         from tlsearch.report import write_report
 
@@ -100,8 +144,8 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
 
 
 def _stop(args) -> int:
-    from tlsearch import runner
+    from tlsearch import study_attrs
 
-    runner.request_stop(stores_of(args), args.name)
+    study_attrs.request_stop(stores_of(args), args.name)
     print(f"asked the drivers of {args.name!r} to stop; running trials will finish")
     return 0

@@ -1,28 +1,60 @@
 """Where data lives: the dataset store (MongoDB GridFS or a local folder), the host-local cache, fold plans.
 
-    store = open_dataset_store(mongo_uri)               # or None: the local store under tlsearch's home
-    info = ensure_dataset(store, "sklearn:digits")      # or store.push("name", {"X": X, "y": y})
-    dataset = HostCache().open(store, info.ref)         # downloaded once per host, memory-mapped
-    plan = fold_plan_for(store, dataset, KFold(5, shuffle=True, random_state=0))
-    fold = dataset.fold(plan, 0)                        # fold.train["X"], fold.validation["y"], no copies
+store = open_dataset_store(mongo_uri)               # or None: the local store under tlsearch's home
+info = ensure_dataset(store, "sklearn:digits")      # or store.push("name", {"X": X, "y": y})
+dataset = HostCache().open(store, info.ref)         # downloaded once per host, memory-mapped
+plan = fold_plan_for(store, dataset, KFold(5, shuffle=True, random_state=0))
+fold = dataset.fold(plan, 0)                        # fold.train["X"], fold.validation["y"], no copies
 """
 
 from tlsearch.data._cache import CacheEntry, Dataset, HostCache
-from tlsearch.data._errors import (DatasetBusyError, DatasetCorruptedError, DatasetError, DatasetExistsError,
-                                   DatasetNotFoundError, DatasetValidationError, FoldPlanMismatchError,
-                                   FoldPlanNotFoundError)
+from tlsearch.data._errors import (
+    DatasetBusyError,
+    DatasetCorruptedError,
+    DatasetError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    DatasetValidationError,
+    FoldPlanMismatchError,
+    FoldPlanNotFoundError,
+)
 from tlsearch.data._fold_views import Fold
-from tlsearch.data._folds import FoldPlan, compute_fold_plan, describe_splitter, fold_plan_for
+from tlsearch.data._folds import FoldPlan, describe_splitter
 from tlsearch.data._hashing import hash_arrays
 from tlsearch.data._info import ARRAY_NAMES, DatasetInfo, parse_ref
-from tlsearch.data._sources import (BUILTINS, arrays_from_frame, ensure_dataset, load_builtin, push_source,
-                                    read_source)
-from tlsearch.data._store import DatasetStore, TransferStats, open_dataset_store
+from tlsearch.data._open import open_dataset_store
+from tlsearch.data._sources import BUILTINS, arrays_from_frame, ensure_dataset, load_builtin, push_source, read_source
+from tlsearch.data._splitting import compute_fold_plan, fold_plan_for
+from tlsearch.data._store import DatasetStore, TransferStats
 
 __all__ = [
-    "ARRAY_NAMES", "BUILTINS", "CacheEntry", "Dataset", "DatasetBusyError", "DatasetCorruptedError", "DatasetError",
-    "DatasetExistsError", "DatasetInfo", "DatasetNotFoundError", "DatasetStore", "DatasetValidationError", "Fold",
-    "FoldPlan", "FoldPlanMismatchError", "FoldPlanNotFoundError", "HostCache", "TransferStats", "arrays_from_frame",
-    "compute_fold_plan", "describe_splitter", "ensure_dataset", "fold_plan_for", "hash_arrays", "load_builtin",
-    "open_dataset_store", "parse_ref", "push_source", "read_source",
+    "ARRAY_NAMES",
+    "BUILTINS",
+    "CacheEntry",
+    "Dataset",
+    "DatasetBusyError",
+    "DatasetCorruptedError",
+    "DatasetError",
+    "DatasetExistsError",
+    "DatasetInfo",
+    "DatasetNotFoundError",
+    "DatasetStore",
+    "DatasetValidationError",
+    "Fold",
+    "FoldPlan",
+    "FoldPlanMismatchError",
+    "FoldPlanNotFoundError",
+    "HostCache",
+    "TransferStats",
+    "arrays_from_frame",
+    "compute_fold_plan",
+    "describe_splitter",
+    "ensure_dataset",
+    "fold_plan_for",
+    "hash_arrays",
+    "load_builtin",
+    "open_dataset_store",
+    "parse_ref",
+    "push_source",
+    "read_source",
 ]

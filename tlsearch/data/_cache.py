@@ -35,6 +35,7 @@ from types import MappingProxyType
 import numpy as np
 from filelock import FileLock
 
+from tlsearch import config
 from tlsearch.data._errors import DatasetCorruptedError, DatasetError, FoldPlanMismatchError
 from tlsearch.data._fold_views import Fold, FoldLayout, fold_views, plan_layout, write_layout_rows
 from tlsearch.data._folds import FoldPlan
@@ -60,8 +61,9 @@ class Dataset:
     copying rows. While open, the dataset is not evicted from the cache; `close()` (or exit) releases it.
     """
 
-    def __init__(self, info: DatasetInfo, arrays: dict[str, np.ndarray], path: Path, cache: "HostCache",
-                 lock: UseLock) -> None:
+    def __init__(
+        self, info: DatasetInfo, arrays: dict[str, np.ndarray], path: Path, cache: HostCache, lock: UseLock
+    ) -> None:
         self.info = info
         self.arrays: Mapping[str, np.ndarray] = MappingProxyType(arrays)
         self.path = path
@@ -109,11 +111,17 @@ class Dataset:
         if plan.dataset_hash != self.info.hash:
             raise FoldPlanMismatchError(
                 f"fold plan {plan.hash[:12]} was made for content sha256 {plan.dataset_hash[:12]}, "
-                f"not for {self.info.ref} (sha256 {self.info.hash[:12]})")
+                f"not for {self.info.ref} (sha256 {self.info.hash[:12]})"
+            )
         if not layout:
             train, validation = plan.folds[k]
-            return Fold(k, MappingProxyType({n: a[train] for n, a in self.arrays.items()}),
-                        MappingProxyType({n: a[validation] for n, a in self.arrays.items()}), train, validation)
+            return Fold(
+                k,
+                MappingProxyType({n: a[train] for n, a in self.arrays.items()}),
+                MappingProxyType({n: a[validation] for n, a in self.arrays.items()}),
+                train,
+                validation,
+            )
         if plan.hash not in self._layouts:
             self._layouts[plan.hash] = self._cache._open_layout(self, plan)
         layout, arrays = self._layouts[plan.hash]
@@ -126,15 +134,17 @@ class Dataset:
         """Let the cache evict this dataset again (arrays already handed out stay readable)."""
         self._lock.release()
 
-    def __enter__(self) -> "Dataset":
+    def __enter__(self) -> Dataset:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def __reduce__(self):
-        raise TypeError("a Dataset maps this host's cache and is not sent between processes: "
-                        "send its ref and open it with HostCache().open(store, ref) where it is needed")
+        raise TypeError(
+            "a Dataset maps this host's cache and is not sent between processes: "
+            "send its ref and open it with HostCache().open(store, ref) where it is needed"
+        )
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}={tuple(v.shape)}" for k, v in self.arrays.items())
@@ -159,10 +169,9 @@ class HostCache:
     download is over 64 MiB).
     """
 
-    def __init__(self, cache_dir: str | os.PathLike | None = None, *, max_bytes: int | None = None,
-                 progress: bool | None = None) -> None:
-        from tlsearch import config
-
+    def __init__(
+        self, cache_dir: str | os.PathLike | None = None, *, max_bytes: int | None = None, progress: bool | None = None
+    ) -> None:
         self.root = config.cache_dir(cache_dir)
         self.max_bytes = max_bytes
         self.progress = progress
@@ -244,7 +253,8 @@ class HostCache:
             if actual != info.hash:
                 raise DatasetCorruptedError(
                     f"the stored bytes of {info.ref} do not match its hash (sha256 {actual[:12]} instead of "
-                    f"{info.hash[:12]}): run `tlsearch dataset verify {info.ref}`, then delete and push it again")
+                    f"{info.hash[:12]}): run `tlsearch dataset verify {info.ref}`, then delete and push it again"
+                )
             _write_marker(tmp, info.hash, [f"{name}.npy" for name in info.arrays])
             stale_layouts = self.root / "layouts" / info.hash
             self._replace(folder, tmp, also_remove=[stale_layouts] if folder.exists() else [])
@@ -266,8 +276,17 @@ class HostCache:
         return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=description, file=sys.stderr)
 
     def _log_download(self, info: DatasetInfo, nbytes: int, seconds: float) -> None:
-        line = json.dumps({"hash": info.hash, "ref": info.ref, "bytes": nbytes, "seconds": round(seconds, 3),
-                           "host": socket.gethostname(), "pid": os.getpid(), "at": time.time()})
+        line = json.dumps(
+            {
+                "hash": info.hash,
+                "ref": info.ref,
+                "bytes": nbytes,
+                "seconds": round(seconds, 3),
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "at": time.time(),
+            }
+        )
         fd = os.open(self.root / DOWNLOAD_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         try:
             os.write(fd, (line + "\n").encode())
@@ -295,8 +314,9 @@ class HostCache:
                 if not _marker_ok(folder, plan_hash, required):
                     plan = store.get_fold_plan(plan_hash)  # checked against its hash
                     if plan.hash != plan_hash:
-                        raise DatasetCorruptedError(f"the store's fold plan {plan_hash[:12]} holds plan "
-                                                    f"{plan.hash[:12]}: it was tampered with")
+                        raise DatasetCorruptedError(
+                            f"the store's fold plan {plan_hash[:12]} holds plan {plan.hash[:12]}: it was tampered with"
+                        )
                     tmp = self._new_tmp()
                     try:
                         np.save(tmp / "indices.npy", plan.packed_indices(), allow_pickle=False)
@@ -332,8 +352,9 @@ class HostCache:
                     # A mapping of its own, dropped after: the rows read here must not stay resident in the
                     # dataset's long-lived mapping, where they would count as this process's private memory.
                     source = np.load(dataset.path / f"{name}.npy", mmap_mode="r")
-                    target = np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=source.dtype,
-                                                       shape=(len(layout.order), *source.shape[1:]))
+                    target = np.lib.format.open_memmap(
+                        tmp / f"{name}.npy", mode="w+", dtype=source.dtype, shape=(len(layout.order), *source.shape[1:])
+                    )
                     write_layout_rows(source, layout.order, target)
                     target.flush()
                     del target, source
@@ -363,7 +384,11 @@ class HostCache:
         entries = []
         for folder in data.iterdir():
             content_hash = folder.name
-            size = _folder_size(folder) + _folder_size(self.root / "layouts" / content_hash) + plan_sizes.get(content_hash, 0)
+            size = (
+                _folder_size(folder)
+                + _folder_size(self.root / "layouts" / content_hash)
+                + plan_sizes.get(content_hash, 0)
+            )
             try:
                 last_used = os.stat(self._lock_path(f"{content_hash}.use")).st_mtime
             except FileNotFoundError:
@@ -389,8 +414,12 @@ class HostCache:
                     total -= entry.size_bytes
                     evicted.append(entry.hash)
             if total > limit:
-                log.warning("dataset cache %s holds %d bytes, over its %d-byte bound: the rest is in use",
-                            self.root, total, limit)
+                log.warning(
+                    "dataset cache %s holds %d bytes, over its %d-byte bound: the rest is in use",
+                    self.root,
+                    total,
+                    limit,
+                )
         return evicted
 
     def _evict(self, keep: str) -> None:
@@ -449,8 +478,10 @@ class HostCache:
 def _raise_if_disk_full(error: OSError, root: Path, doing: str) -> None:
     """Turn a full disk (or quota) into one line that says where and what to do; nothing is left half-written."""
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        raise DatasetError(f"no space left in the dataset cache {root} while {doing}: free space there, or move "
-                           "the cache to a bigger disk (TLSEARCH_CACHE_DIR, or cache_dir in the config file)") from None
+        raise DatasetError(
+            f"no space left in the dataset cache {root} while {doing}: free space there, or move "
+            "the cache to a bigger disk (TLSEARCH_CACHE_DIR, or cache_dir in the config file)"
+        ) from None
 
 
 def _marker_ok(folder: Path, key: str, required: Iterable[str]) -> bool:

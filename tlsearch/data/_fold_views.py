@@ -48,10 +48,13 @@ class FoldLayout:
     spans: list[tuple[Span, Span]]
 
     def to_document(self) -> dict:
-        return {"rows": int(len(self.order)), "spans": [[list(train), list(validation)] for train, validation in self.spans]}
+        return {
+            "rows": int(len(self.order)),
+            "spans": [[list(train), list(validation)] for train, validation in self.spans],
+        }
 
     @classmethod
-    def from_document(cls, document: dict, order: np.ndarray) -> "FoldLayout":
+    def from_document(cls, document: dict, order: np.ndarray) -> FoldLayout:
         spans = [(tuple(train), tuple(validation)) for train, validation in document["spans"]]
         return cls(order, spans)
 
@@ -76,14 +79,22 @@ def plan_layout(folds: list[tuple[np.ndarray, np.ndarray]], n_rows: int) -> Fold
             segments += [np.concatenate(blocks), np.concatenate(blocks)[: n_rows - len(blocks[-1])]]
             for j, block in enumerate(blocks):
                 train_start = position + starts[j + 1]
-                spans.append((("layout", train_start, train_start + n_rows - len(block)),
-                              ("layout", position + starts[j], position + starts[j + 1])))
+                spans.append(
+                    (
+                        ("layout", train_start, train_start + n_rows - len(block)),
+                        ("layout", position + starts[j], position + starts[j + 1]),
+                    )
+                )
             position += 2 * n_rows - len(blocks[-1])
             k += size
             continue
         segments += [train, validation]
-        spans.append((("layout", position, position + len(train)),
-                      ("layout", position + len(train), position + len(train) + len(validation))))
+        spans.append(
+            (
+                ("layout", position, position + len(train)),
+                ("layout", position + len(train), position + len(train) + len(validation)),
+            )
+        )
         position += len(train) + len(validation)
         k += 1
     order = np.concatenate(segments).astype(np.int64) if segments else np.zeros(0, np.int64)
@@ -121,8 +132,13 @@ def _partition_size(folds, first: int, n_rows: int) -> int:
     return 0
 
 
-def fold_views(number: int, spans: tuple[Span, Span], dataset_arrays: Mapping[str, np.ndarray],
-               layout_arrays: Mapping[str, np.ndarray], order: np.ndarray) -> Fold:
+def fold_views(
+    number: int,
+    spans: tuple[Span, Span],
+    dataset_arrays: Mapping[str, np.ndarray],
+    layout_arrays: Mapping[str, np.ndarray],
+    order: np.ndarray,
+) -> Fold:
     """Fold `number` as views into the dataset's or the layout's memory-mapped arrays."""
     parts = []
     for source, start, stop in spans:
@@ -140,4 +156,4 @@ def write_layout_rows(source: np.ndarray, order: np.ndarray, target: np.ndarray,
     row_bytes = max(1, source.dtype.itemsize * int(np.prod(source.shape[1:], dtype=np.int64)))
     step = max(1, max_bytes // row_bytes)
     for start in range(0, len(order), step):
-        target[start:start + step] = source[order[start:start + step]]
+        target[start : start + step] = source[order[start : start + step]]

@@ -19,7 +19,6 @@ push of that content takes it over after STALE_SECONDS and removes what was left
 from __future__ import annotations
 
 import io
-import math
 import re
 import time
 from collections.abc import Iterable, Iterator
@@ -31,13 +30,14 @@ import pymongo
 from bson import Binary, ObjectId
 from pymongo.errors import DuplicateKeyError
 
-from tlsearch.data._errors import (DatasetBusyError, DatasetCorruptedError, DatasetNotFoundError,
-                                   FoldPlanNotFoundError)
+from tlsearch.config import DEFAULT_DATABASE
+from tlsearch.data._errors import DatasetBusyError, DatasetCorruptedError, DatasetNotFoundError, FoldPlanNotFoundError
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._info import DatasetInfo, check_name, describe_arrays, parse_ref
 from tlsearch.data._npy import iter_npy
 from tlsearch.data._paths import check_sha256
 from tlsearch.data._store import DatasetStore, Progress, version_for_push
+from tlsearch.mongo import GridFSDamagedError, connect, read_gridfs_chunks
 
 CHUNK_BYTES = 4 << 20  # measured on the test server: 1 MiB ≈ 110 MB/s in, 4-8 MiB ≈ 135 MB/s in and faster out
 READ_BATCH_BYTES = 12 << 20
@@ -51,8 +51,13 @@ BUCKET = "datasets"
 class MongoDatasetStore(DatasetStore):
     """Datasets in MongoDB (see the module docstring). Picklable when built from a URI: it reconnects lazily."""
 
-    def __init__(self, url_or_client: str | pymongo.MongoClient, database: str = "tlsearch", *,
-                 chunk_bytes: int = CHUNK_BYTES) -> None:
+    def __init__(
+        self,
+        url_or_client: str | pymongo.MongoClient,
+        database: str = DEFAULT_DATABASE,
+        *,
+        chunk_bytes: int = CHUNK_BYTES,
+    ) -> None:
         super().__init__()
         if isinstance(url_or_client, str):
             self._uri, self._client, self._owns_client = url_or_client, None, True
@@ -83,8 +88,6 @@ class MongoDatasetStore(DatasetStore):
     @property
     def _db(self):
         if self._client is None:
-            from tlsearch.storage._client import connect  # fails within seconds when MongoDB is not there
-
             self._client = connect(self._uri, tz_aware=True, appname="tlsearch-datasets")
         return self._client.get_database(self.database)
 
@@ -151,8 +154,15 @@ class MongoDatasetStore(DatasetStore):
                 return decision
             record_id = ObjectId()
             self._acquire_content(content_hash, arrays, record_id, progress)
-            info = DatasetInfo(name, decision, content_hash, describe_arrays(arrays), metadata,
-                               datetime.now(timezone.utc), sum(a.nbytes for a in arrays.values()))
+            info = DatasetInfo(
+                name,
+                decision,
+                content_hash,
+                describe_arrays(arrays),
+                metadata,
+                datetime.now(timezone.utc),
+                sum(a.nbytes for a in arrays.values()),
+            )
             try:
                 self._records.insert_one({"_id": record_id, **info.to_document()})
                 return info
@@ -163,18 +173,28 @@ class MongoDatasetStore(DatasetStore):
                 raise
         raise DatasetBusyError(f"dataset {name!r} is being pushed by others right now; try again")
 
-    def _acquire_content(self, content_hash: str, arrays: dict[str, np.ndarray], pin: ObjectId,
-                         progress: Progress | None) -> bool:
+    def _acquire_content(
+        self, content_hash: str, arrays: dict[str, np.ndarray], pin: ObjectId, progress: Progress | None
+    ) -> bool:
         """Pin the content for record `pin`, uploading it first when it is not stored; True if uploaded."""
         deadline = time.monotonic() + WAIT_SECONDS
         while True:
-            if self._contents.update_one({"_id": content_hash, "state": "ready"},
-                                         {"$addToSet": {"refs": pin}}).matched_count:
+            if self._contents.update_one(
+                {"_id": content_hash, "state": "ready"}, {"$addToSet": {"refs": pin}}
+            ).matched_count:
                 return False
             owner = ObjectId()
             try:
-                self._contents.insert_one({"_id": content_hash, "state": "uploading", "owner": owner, "refs": [pin],
-                                           "heartbeat": datetime.now(timezone.utc), "files": {}})
+                self._contents.insert_one(
+                    {
+                        "_id": content_hash,
+                        "state": "uploading",
+                        "owner": owner,
+                        "refs": [pin],
+                        "heartbeat": datetime.now(timezone.utc),
+                        "files": {},
+                    }
+                )
             except DuplicateKeyError:
                 self._wait_for_other(content_hash, deadline)
                 continue
@@ -183,12 +203,17 @@ class MongoDatasetStore(DatasetStore):
                 files = {}
                 for array_name, array in arrays.items():
                     files[array_name] = self._upload(
-                        iter_npy(array), f"{content_hash}/{array_name}.npy",
+                        iter_npy(array),
+                        f"{content_hash}/{array_name}.npy",
                         {"kind": "array", "dataset_hash": content_hash, "array": array_name, "upload": owner},
-                        progress, heartbeat=lambda: self._beat(content_hash, owner))
+                        progress,
+                        heartbeat=lambda: self._beat(content_hash, owner),
+                    )
                     self.stats.arrays_sent += 1
-                done = self._contents.update_one({"_id": content_hash, "owner": owner, "state": "uploading"},
-                                                 {"$set": {"state": "ready", "files": files}})
+                done = self._contents.update_one(
+                    {"_id": content_hash, "owner": owner, "state": "uploading"},
+                    {"$set": {"state": "ready", "files": files}},
+                )
                 if not done.modified_count:
                     raise DatasetBusyError(f"the upload of content {content_hash[:12]} was taken over as stale")
                 return True
@@ -199,8 +224,9 @@ class MongoDatasetStore(DatasetStore):
 
     def _beat(self, content_hash: str, owner: ObjectId) -> None:
         """Refresh the heartbeat (server clock) of our own upload; stop if someone took it over."""
-        if not self._contents.update_one({"_id": content_hash, "owner": owner, "state": "uploading"},
-                                         {"$currentDate": {"heartbeat": True}}).matched_count:
+        if not self._contents.update_one(
+            {"_id": content_hash, "owner": owner, "state": "uploading"}, {"$currentDate": {"heartbeat": True}}
+        ).matched_count:
             raise DatasetBusyError(f"the upload of content {content_hash[:12]} was taken over as stale")
 
     def _wait_for_other(self, content_hash: str, deadline: float) -> None:
@@ -209,26 +235,47 @@ class MongoDatasetStore(DatasetStore):
         if doc is None or doc["state"] == "ready":
             return
         stale = self._contents.find_one(
-            {"_id": content_hash, "owner": doc["owner"], "state": doc["state"], "heartbeat": doc["heartbeat"],
-             "$expr": {"$lt": ["$heartbeat", {"$subtract": ["$$NOW", STALE_SECONDS * 1000]}]}}, {"_id": 1})
-        if stale and self._contents.update_one(
+            {
+                "_id": content_hash,
+                "owner": doc["owner"],
+                "state": doc["state"],
+                "heartbeat": doc["heartbeat"],
+                "$expr": {"$lt": ["$heartbeat", {"$subtract": ["$$NOW", STALE_SECONDS * 1000]}]},
+            },
+            {"_id": 1},
+        )
+        if (
+            stale
+            and self._contents.update_one(
                 {"_id": content_hash, "owner": doc["owner"], "state": doc["state"], "heartbeat": doc["heartbeat"]},
-                {"$set": {"state": "deleting"}, "$currentDate": {"heartbeat": True}}).modified_count:
+                {"$set": {"state": "deleting"}, "$currentDate": {"heartbeat": True}},
+            ).modified_count
+        ):
             self._purge(content_hash, doc["owner"])
             return
         if time.monotonic() > deadline:
             raise DatasetBusyError(
                 f"content sha256 {content_hash[:12]} has been {doc['state']} by another process for too long; "
-                "try again later")
+                "try again later"
+            )
         time.sleep(0.2)
 
-    def _upload(self, pieces: Iterable[memoryview], filename: str, metadata: dict, progress: Progress | None,
-                heartbeat=None) -> dict:
+    def _upload(
+        self, pieces: Iterable[memoryview], filename: str, metadata: dict, progress: Progress | None, heartbeat=None
+    ) -> dict:
         """Write one GridFS file from byte pieces. The files document comes first (length 0 until done), so
         a cleanup by `metadata.upload` finds the chunks of an upload that died halfway."""
         file_id, n, length, batch, batch_bytes = ObjectId(), 0, 0, [], 0
-        self._files.insert_one({"_id": file_id, "length": 0, "chunkSize": self.chunk_bytes,
-                                "uploadDate": datetime.now(timezone.utc), "filename": filename, "metadata": metadata})
+        self._files.insert_one(
+            {
+                "_id": file_id,
+                "length": 0,
+                "chunkSize": self.chunk_bytes,
+                "uploadDate": datetime.now(timezone.utc),
+                "filename": filename,
+                "metadata": metadata,
+            }
+        )
         try:
             for chunk in _rechunk(pieces, self.chunk_bytes):
                 batch.append({"files_id": file_id, "n": n, "data": Binary(chunk)})
@@ -274,8 +321,10 @@ class MongoDatasetStore(DatasetStore):
         """Unpin the content for record `pin`; the last one out removes the content's bytes and fold plans."""
         self._contents.update_one({"_id": content_hash}, {"$pull": {"refs": pin}})
         self._drop_dangling_pins(content_hash)
-        if self._contents.update_one({"_id": content_hash, "state": "ready", "refs": {"$size": 0}},
-                                     {"$set": {"state": "deleting"}, "$currentDate": {"heartbeat": True}}).modified_count:
+        if self._contents.update_one(
+            {"_id": content_hash, "state": "ready", "refs": {"$size": 0}},
+            {"$set": {"state": "deleting"}, "$currentDate": {"heartbeat": True}},
+        ).modified_count:
             doc = self._contents.find_one({"_id": content_hash})
             if doc is not None:
                 self._purge(content_hash, doc["owner"])
@@ -312,32 +361,24 @@ class MongoDatasetStore(DatasetStore):
         if file is None:
             raise DatasetCorruptedError(f"array {array!r} of {info.ref} is missing from {self.describe()}")
         total = self._download(file, sink, progress, f"stored array {array!r} of {info.ref}")
-        self.stats.arrays_received += 1
         return total
 
     def _download(self, file: dict, sink: BinaryIO, progress: Progress | None, what: str) -> int:
         """Read one GridFS file's chunks in order, at most READ_BATCH_BYTES per reply, checking each."""
-        length, chunk_size = int(file["length"]), int(file["chunk_size"])
-        expected = math.ceil(length / chunk_size) if length else 0
-        cursor = (self._chunks.find({"files_id": file["id"]}, {"_id": 0, "n": 1, "data": 1})
-                  .sort("n", 1).batch_size(max(1, READ_BATCH_BYTES // chunk_size)))
-        n = total = 0
+        total = 0
         try:
-            for chunk in cursor:
-                size = chunk_size if n < expected - 1 else length - chunk_size * (expected - 1)
-                if chunk["n"] != n or n >= expected or len(chunk["data"]) != size:
-                    raise DatasetCorruptedError(f"{what} is damaged in the store (chunk {n}); delete it and push it again")
-                sink.write(chunk["data"])
-                total += size
-                n += 1
-                self.stats.bytes_received += size
+            for data in read_gridfs_chunks(
+                self._chunks, file["id"], int(file["length"]), int(file["chunk_size"]), batch_bytes=READ_BATCH_BYTES
+            ):
+                sink.write(data)
+                total += len(data)
+                self.stats.bytes_received += len(data)
                 if progress:
-                    progress(size)
-        finally:
-            cursor.close()
-        if n != expected:
-            raise DatasetCorruptedError(f"{what} is truncated in the store ({n} of {expected} chunks); "
-                                        "delete it and push it again")
+                    progress(len(data))
+        except GridFSDamagedError as error:
+            raise DatasetCorruptedError(
+                f"{what} is {error.problem} in the store ({error.detail}); delete it and push it again"
+            ) from None
         return total
 
     # -- fold plans ----------------------------------------------------------------------------------------------
@@ -347,11 +388,15 @@ class MongoDatasetStore(DatasetStore):
             return plan
         if self._contents.find_one({"_id": plan.dataset_hash, "state": "ready"}, {"_id": 1}) is None:
             raise DatasetNotFoundError(
-                f"the dataset of fold plan {plan.hash[:12]} (sha256 {plan.dataset_hash[:12]}) is not in {self.describe()}")
+                f"the dataset of fold plan {plan.hash[:12]} (sha256 {plan.dataset_hash[:12]}) is not in {self.describe()}"
+            )
         upload = ObjectId()
-        file = self._upload(iter_npy(plan.packed_indices()), f"fold_plans/{plan.hash}.npy",
-                            {"kind": "fold_plan", "dataset_hash": plan.dataset_hash, "fold_plan": plan.hash,
-                             "upload": upload}, None)
+        file = self._upload(
+            iter_npy(plan.packed_indices()),
+            f"fold_plans/{plan.hash}.npy",
+            {"kind": "fold_plan", "dataset_hash": plan.dataset_hash, "fold_plan": plan.hash, "upload": upload},
+            None,
+        )
         document = {**plan.to_document(), "_id": plan.hash, "file": file, "created": datetime.now(timezone.utc)}
         try:
             self._plans.insert_one(document)

@@ -78,12 +78,17 @@ def hash_arrays(arrays: Mapping[str, np.ndarray]) -> str:
     return hasher.hexdigest()
 
 
-def hash_fold_plan(dataset_hash: str, splitter: str, n_rows: int,
-                   folds: list[tuple[np.ndarray, np.ndarray]]) -> str:
+def hash_fold_plan(dataset_hash: str, splitter: str, n_rows: int, folds: list[tuple[np.ndarray, np.ndarray]]) -> str:
     """A fold plan's identity: its dataset, its splitter's description and every fold's int64 row indices."""
     sha = hashlib.sha256(b"tlsearch-foldplan-v1\n")
-    header = _header({"dataset": dataset_hash, "splitter": splitter, "n_rows": int(n_rows),
-                      "sizes": [[len(train), len(validation)] for train, validation in folds]})
+    header = _header(
+        {
+            "dataset": dataset_hash,
+            "splitter": splitter,
+            "n_rows": int(n_rows),
+            "sizes": [[len(train), len(validation)] for train, validation in folds],
+        }
+    )
     sha.update(len(header).to_bytes(8, "little"))
     sha.update(header)
     for train, validation in folds:

@@ -24,12 +24,13 @@ def check_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise DatasetValidationError(
             f"invalid dataset name {name!r}: use letters, digits, '.', '_' and '-' (at most 100), "
-            "starting with a letter or digit")
+            "starting with a letter or digit"
+        )
     return name
 
 
 def parse_ref(ref: str) -> tuple[str, int | None]:
-    """"NAME" → (NAME, None) meaning the latest version; "NAME@VERSION" → (NAME, VERSION)."""
+    """ "NAME" → (NAME, None) meaning the latest version; "NAME@VERSION" → (NAME, VERSION)."""
     if not isinstance(ref, str):
         raise DatasetValidationError(f"a dataset reference is a string like 'digits' or 'digits@2', not {ref!r}")
     name, at, version = ref.partition("@")
@@ -79,24 +80,37 @@ class DatasetInfo:
 
     def to_document(self) -> dict:
         """A plain document (no numpy types); `created` stays a datetime."""
-        return {"name": self.name, "version": self.version, "hash": self.hash,
-                "arrays": {k: {"dtype": v["dtype"], "shape": [int(n) for n in v["shape"]]} for k, v in self.arrays.items()},
-                "metadata": self.metadata, "created": self.created, "size_bytes": self.size_bytes}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "hash": self.hash,
+            "arrays": {k: {"dtype": v["dtype"], "shape": [int(n) for n in v["shape"]]} for k, v in self.arrays.items()},
+            "metadata": self.metadata,
+            "created": self.created,
+            "size_bytes": self.size_bytes,
+        }
 
     @classmethod
-    def from_document(cls, doc: dict) -> "DatasetInfo":
+    def from_document(cls, doc: dict) -> DatasetInfo:
         created = doc["created"]
         if isinstance(created, str):
             created = datetime.fromisoformat(created)
         created = created.replace(tzinfo=timezone.utc) if created.tzinfo is None else created.astimezone(timezone.utc)
         unknown = sorted(set(doc["arrays"]) - set(ARRAY_NAMES), key=str)
         if unknown:  # array names become cache file names
-            raise DatasetValidationError(f"refusing stored dataset {doc.get('name')!r}: unknown array name(s) "
-                                         f"{', '.join(map(repr, unknown))} (the store was tampered with?)")
-        return cls(name=check_name(doc["name"]), version=int(doc["version"]),
-                   hash=check_sha256(doc["hash"], "dataset content hash"),
-                   arrays={k: {"dtype": v["dtype"], "shape": [int(n) for n in v["shape"]]} for k, v in doc["arrays"].items()},
-                   metadata=dict(doc.get("metadata") or {}), created=created, size_bytes=int(doc["size_bytes"]))
+            raise DatasetValidationError(
+                f"refusing stored dataset {doc.get('name')!r}: unknown array name(s) "
+                f"{', '.join(map(repr, unknown))} (the store was tampered with?)"
+            )
+        return cls(
+            name=check_name(doc["name"]),
+            version=int(doc["version"]),
+            hash=check_sha256(doc["hash"], "dataset content hash"),
+            arrays={k: {"dtype": v["dtype"], "shape": [int(n) for n in v["shape"]]} for k, v in doc["arrays"].items()},
+            metadata=dict(doc.get("metadata") or {}),
+            created=created,
+            size_bytes=int(doc["size_bytes"]),
+        )
 
 
 def describe_arrays(arrays: dict[str, np.ndarray]) -> dict[str, dict]:

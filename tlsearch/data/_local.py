@@ -130,8 +130,15 @@ class LocalDatasetStore(DatasetStore):
                     self._contents.mkdir(parents=True, exist_ok=True)
                     os.rename(staged, self._contents / content_hash)
                     staged = None
-                info = DatasetInfo(name, decision, content_hash, describe_arrays(arrays), metadata,
-                                   datetime.now(timezone.utc), sum(a.nbytes for a in arrays.values()))
+                info = DatasetInfo(
+                    name,
+                    decision,
+                    content_hash,
+                    describe_arrays(arrays),
+                    metadata,
+                    datetime.now(timezone.utc),
+                    sum(a.nbytes for a in arrays.values()),
+                )
                 document = info.to_document()
                 document["created"] = info.created.isoformat()
                 self._write_json(self._record_path(name, decision), document)
@@ -224,7 +231,6 @@ class LocalDatasetStore(DatasetStore):
                 if progress:
                     progress(len(piece))
         self.stats.bytes_received += total
-        self.stats.arrays_received += 1
         return total
 
     # -- fold plans ------------------------------------------------------------------------------------------
@@ -234,7 +240,8 @@ class LocalDatasetStore(DatasetStore):
             return plan
         if not (self._contents / plan.dataset_hash).is_dir():
             raise DatasetNotFoundError(
-                f"the dataset of fold plan {plan.hash[:12]} (sha256 {plan.dataset_hash[:12]}) is not in {self.describe()}")
+                f"the dataset of fold plan {plan.hash[:12]} (sha256 {plan.dataset_hash[:12]}) is not in {self.describe()}"
+            )
         staged = self._new_tmp()
         try:
             indices = plan.packed_indices()

@@ -16,8 +16,11 @@ PIECE_BYTES = 4 << 20
 
 def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     """The .npy header (magic, version, dict) of a C-order array."""
-    fields = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
-              "shape": tuple(int(n) for n in shape)}
+    fields = {
+        "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+        "fortran_order": False,
+        "shape": tuple(int(n) for n in shape),
+    }
     buffer = io.BytesIO()
     try:
         np.lib.format.write_array_header_1_0(buffer, fields)
@@ -39,7 +42,7 @@ def iter_npy(array: np.ndarray, piece_bytes: int = PIECE_BYTES) -> Iterator[memo
     yield memoryview(npy_header(array.dtype, array.shape))
     data = array_bytes(array)
     for start in range(0, data.nbytes, piece_bytes):
-        yield data[start:start + piece_bytes]
+        yield data[start : start + piece_bytes]
 
 
 def write_npy(array: np.ndarray, file: BinaryIO, progress=None) -> int:
@@ -83,7 +86,7 @@ class NpyHashingSink:
         length_bytes = 2 if major == 1 else 4
         if len(self._prefix) < 8 + length_bytes:
             return
-        header_length = int.from_bytes(self._prefix[8:8 + length_bytes], "little")
+        header_length = int.from_bytes(self._prefix[8 : 8 + length_bytes], "little")
         total = 8 + length_bytes + header_length
         if len(self._prefix) < total:
             return

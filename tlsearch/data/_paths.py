@@ -21,7 +21,8 @@ def check_sha256(value: object, field: str) -> str:
     if not isinstance(value, str) or not _SHA256.fullmatch(value):
         raise UnsafeStoreValueError(
             f"refusing {field} {str(value)[:80]!r} read from the store: expected 64 hex digits "
-            "(the store was written by something other than tlsearch, or tampered with)")
+            "(the store was written by something other than tlsearch, or tampered with)"
+        )
     return value
 
 

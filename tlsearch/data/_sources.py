@@ -29,7 +29,8 @@ def load_builtin(name: str) -> tuple[dict[str, np.ndarray], dict]:
     if name not in BUILTINS:
         raise DatasetValidationError(
             f"unknown built-in dataset {BUILTIN_PREFIX}{name}: choose one of "
-            f"{', '.join(BUILTIN_PREFIX + b for b in BUILTINS)}")
+            f"{', '.join(BUILTIN_PREFIX + b for b in BUILTINS)}"
+        )
     import sklearn.datasets
 
     bunch = getattr(sklearn.datasets, f"load_{name}")()
@@ -39,8 +40,14 @@ def load_builtin(name: str) -> tuple[dict[str, np.ndarray], dict]:
     return {FEATURES: np.asarray(bunch.data), LABELS: np.asarray(bunch.target)}, metadata
 
 
-def read_source(source: str | os.PathLike, *, features: Columns = None, label: str | None = None,
-                groups: str | None = None, sample_weight: str | None = None) -> tuple[dict[str, np.ndarray], dict]:
+def read_source(
+    source: str | os.PathLike,
+    *,
+    features: Columns = None,
+    label: str | None = None,
+    groups: str | None = None,
+    sample_weight: str | None = None,
+) -> tuple[dict[str, np.ndarray], dict]:
     """Arrays and metadata from "sklearn:NAME" or a .npz/.npy/.csv/.parquet file.
 
     Column choice: for CSV/Parquet, column names (default label: the last column; features: every other
@@ -51,12 +58,13 @@ def read_source(source: str | os.PathLike, *, features: Columns = None, label: s
     if text.startswith(BUILTIN_PREFIX):
         if any(option is not None for option in (features, label, groups, sample_weight)):
             raise DatasetValidationError("column options do not apply to built-in datasets")
-        return load_builtin(text[len(BUILTIN_PREFIX):])
+        return load_builtin(text[len(BUILTIN_PREFIX) :])
     path = Path(text).expanduser()
     suffix = path.suffix.lower()
     if suffix not in FILE_SUFFIXES:
         raise DatasetValidationError(
-            f"cannot read {text!r}: expected {BUILTIN_PREFIX}NAME or a file ending in {', '.join(FILE_SUFFIXES)}")
+            f"cannot read {text!r}: expected {BUILTIN_PREFIX}NAME or a file ending in {', '.join(FILE_SUFFIXES)}"
+        )
     if not path.is_file():
         raise DatasetNotFoundError(f"no such file: {path}")
     if suffix == ".npz":
@@ -70,14 +78,23 @@ def read_source(source: str | os.PathLike, *, features: Columns = None, label: s
     except (ValueError, OSError, pd.errors.ParserError) as error:
         raise DatasetValidationError(f"cannot read {path}: {error}") from None
     except ImportError:  # pandas reads Parquet through pyarrow, an extra
-        raise DatasetValidationError(f"cannot read {path}: Parquet needs pyarrow: "
-                                     "pip install 'tlsearch[parquet]'") from None
-    return arrays_from_frame(frame, features=features, label=label, groups=groups, sample_weight=sample_weight,
-                             source=f"file:{path.name}")
+        raise DatasetValidationError(
+            f"cannot read {path}: Parquet needs pyarrow: pip install 'tlsearch[parquet]'"
+        ) from None
+    return arrays_from_frame(
+        frame, features=features, label=label, groups=groups, sample_weight=sample_weight, source=f"file:{path.name}"
+    )
 
 
-def arrays_from_frame(frame, *, features: Columns = None, label: str | None = None, groups: str | None = None,
-                      sample_weight: str | None = None, source: str = "DataFrame") -> tuple[dict[str, np.ndarray], dict]:
+def arrays_from_frame(
+    frame,
+    *,
+    features: Columns = None,
+    label: str | None = None,
+    groups: str | None = None,
+    sample_weight: str | None = None,
+    source: str = "DataFrame",
+) -> tuple[dict[str, np.ndarray], dict]:
     """Arrays and metadata from a pandas DataFrame: the label column (default: the last), feature columns
     (default: all others), optional groups and sample-weight columns.
 
@@ -113,17 +130,22 @@ def arrays_from_frame(frame, *, features: Columns = None, label: str | None = No
         raise DatasetValidationError(f"no feature columns left{where}: pass the feature columns explicitly")
     for name, role in ((label, "label"), (groups, "groups"), (sample_weight, "sample weight")):
         if name in feature_names:
-            raise DatasetValidationError(f"column {name!r} is both the {role} and a feature: leave it out of "
-                                         "--features")
+            raise DatasetValidationError(
+                f"column {name!r} is both the {role} and a feature: leave it out of --features"
+            )
     for name in feature_names:
         column(name, "feature")
-    not_numeric = [n for n in feature_names if not (pd.api.types.is_numeric_dtype(frame[by_name[n]])
-                                                   or pd.api.types.is_bool_dtype(frame[by_name[n]]))]
+    not_numeric = [
+        n
+        for n in feature_names
+        if not (pd.api.types.is_numeric_dtype(frame[by_name[n]]) or pd.api.types.is_bool_dtype(frame[by_name[n]]))
+    ]
     if not_numeric:
         dtypes = ", ".join(f"{n!r} ({frame[by_name[n]].dtype})" for n in not_numeric[:5])
         raise DatasetValidationError(
             f"feature column(s) {dtypes}{where} are not numeric: encode them, or leave them out by "
-            "listing the feature columns (--features)")
+            "listing the feature columns (--features)"
+        )
     table = frame[[by_name[n] for n in feature_names]]
     X = table.to_numpy()
     if X.dtype.kind == "O":  # nullable pandas dtypes: missing values become NaN
@@ -152,7 +174,8 @@ def _encoded(series, what: str) -> tuple[np.ndarray, list[str] | None]:
     missing = series.isna().to_numpy()
     if missing.any():
         raise DatasetValidationError(
-            f"{what} has {int(missing.sum())} missing value(s) (first at row {int(np.argmax(missing))})")
+            f"{what} has {int(missing.sum())} missing value(s) (first at row {int(np.argmax(missing))})"
+        )
     if pd.api.types.is_bool_dtype(series) or pd.api.types.is_numeric_dtype(series):
         values = series.to_numpy()
         if values.dtype.kind == "O":
@@ -183,14 +206,19 @@ def _read_npz(path: Path, features, label, groups, sample_weight):
             if key not in available:
                 raise DatasetValidationError(
                     f"{path.name} has no array {key!r} (it has {', '.join(available) or 'none'}); name the "
-                    f"arrays with --features KEY --label KEY")
+                    f"arrays with --features KEY --label KEY"
+                )
             try:
                 arrays[role] = archive[key]
             except ValueError:
                 raise DatasetValidationError(
                     f"array {key!r} in {path.name} is an object array: it would need pickle to load, so it is "
-                    "refused; save it with a numeric dtype") from None
-    return arrays, {"source": f"file:{path.name}", "npz_keys": {role: key for role, key in keys.items() if role in arrays}}
+                    "refused; save it with a numeric dtype"
+                ) from None
+    return arrays, {
+        "source": f"file:{path.name}",
+        "npz_keys": {role: key for role, key in keys.items() if role in arrays},
+    }
 
 
 def _single(columns: Columns, default: str) -> str:
@@ -210,7 +238,8 @@ def _read_npy(path: Path, features, label, groups, sample_weight):
     if table.ndim != 2:
         raise DatasetValidationError(
             f"{path.name} holds one array of shape {table.shape}: a .npy source is a 2-D table whose label is "
-            "a column (--label NUMBER, default -1); save features and labels together in an .npz instead")
+            "a column (--label NUMBER, default -1); save features and labels together in an .npz instead"
+        )
     n_columns = table.shape[1]
 
     def index(spec, role):
@@ -223,10 +252,15 @@ def _read_npy(path: Path, features, label, groups, sample_weight):
         return number % n_columns
 
     label_column = index(label if label is not None else -1, "label")
-    extra = {role: index(spec, role) for role, spec in ((GROUPS, groups), (SAMPLE_WEIGHT, sample_weight)) if spec is not None}
+    extra = {
+        role: index(spec, role) for role, spec in ((GROUPS, groups), (SAMPLE_WEIGHT, sample_weight)) if spec is not None
+    }
     names = _column_list(features)
-    feature_columns = ([index(c, "feature") for c in names] if names is not None
-                       else [c for c in range(n_columns) if c != label_column and c not in extra.values()])
+    feature_columns = (
+        [index(c, "feature") for c in names]
+        if names is not None
+        else [c for c in range(n_columns) if c != label_column and c not in extra.values()]
+    )
     arrays = {FEATURES: np.asarray(table[:, feature_columns]), LABELS: np.asarray(table[:, label_column])}
     for role, number in extra.items():
         arrays[role] = np.asarray(table[:, number])
@@ -239,9 +273,18 @@ def name_for_path(path: str | os.PathLike) -> str:
     return stem or "dataset"
 
 
-def push_source(store: DatasetStore, name: str, source: str | os.PathLike, *, features: Columns = None,
-                label: str | None = None, groups: str | None = None, sample_weight: str | None = None,
-                new_version: bool = False, progress: Progress | None = None) -> DatasetInfo:
+def push_source(
+    store: DatasetStore,
+    name: str,
+    source: str | os.PathLike,
+    *,
+    features: Columns = None,
+    label: str | None = None,
+    groups: str | None = None,
+    sample_weight: str | None = None,
+    new_version: bool = False,
+    progress: Progress | None = None,
+) -> DatasetInfo:
     """Read `source` (see read_source) and push it as `name`."""
     arrays, metadata = read_source(source, features=features, label=label, groups=groups, sample_weight=sample_weight)
     return store.push(name, arrays, metadata=metadata, new_version=new_version, progress=progress)
@@ -256,8 +299,8 @@ def ensure_dataset(store: DatasetStore, source: str) -> DatasetInfo:
     """
     text = str(source)
     if text.startswith(BUILTIN_PREFIX):
-        arrays, metadata = load_builtin(text[len(BUILTIN_PREFIX):])
-        return _push_for_study(store, text[len(BUILTIN_PREFIX):], text, arrays, metadata)
+        arrays, metadata = load_builtin(text[len(BUILTIN_PREFIX) :])
+        return _push_for_study(store, text[len(BUILTIN_PREFIX) :], text, arrays, metadata)
     looks_like_file = Path(text).suffix.lower() in FILE_SUFFIXES or os.sep in text or "/" in text
     if looks_like_file and Path(text).expanduser().is_file():
         arrays, metadata = read_source(text)
@@ -277,4 +320,5 @@ def _push_for_study(store, name, source, arrays, metadata) -> DatasetInfo:
         latest = store.info(name)
         raise DatasetExistsError(
             f"{source} differs from the stored dataset {latest.ref} it was pushed as: push it as a new version "
-            f"(`tlsearch dataset push {name} {source} --new-version`) and name {name!r} in the study") from None
+            f"(`tlsearch dataset push {name} {source} --new-version`) and name {name!r} in the study"
+        ) from None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
@@ -36,7 +35,6 @@ class TransferStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     arrays_sent: int = 0
-    arrays_received: int = 0
 
 
 class DatasetStore(abc.ABC):
@@ -50,8 +48,15 @@ class DatasetStore(abc.ABC):
         self.stats = TransferStats()
 
     # -- writing ---------------------------------------------------------------------------------------
-    def push(self, name: str, arrays: Mapping[str, np.ndarray], *, metadata: dict | None = None,
-             new_version: bool = False, progress: Progress | None = None) -> DatasetInfo:
+    def push(
+        self,
+        name: str,
+        arrays: Mapping[str, np.ndarray],
+        *,
+        metadata: dict | None = None,
+        new_version: bool = False,
+        progress: Progress | None = None,
+    ) -> DatasetInfo:
         """Store `arrays` as dataset `name` and return its info.
 
         Content identical to the latest version returns that version (nothing is transferred); content
@@ -65,8 +70,15 @@ class DatasetStore(abc.ABC):
         return self._push(name, prepared, hash_arrays(prepared), document, new_version, progress)
 
     @abc.abstractmethod
-    def _push(self, name: str, arrays: dict[str, np.ndarray], content_hash: str, metadata: dict,
-              new_version: bool, progress: Progress | None) -> DatasetInfo:
+    def _push(
+        self,
+        name: str,
+        arrays: dict[str, np.ndarray],
+        content_hash: str,
+        metadata: dict,
+        new_version: bool,
+        progress: Progress | None,
+    ) -> DatasetInfo:
         """Store validated arrays; settle races on the name and the content atomically."""
 
     @abc.abstractmethod
@@ -106,7 +118,8 @@ class DatasetStore(abc.ABC):
         if actual != info.hash:
             raise DatasetCorruptedError(
                 f"stored bytes of {info.ref} do not match its hash (sha256 {actual[:12]} instead of "
-                f"{info.hash[:12]}): delete it and push it again")
+                f"{info.hash[:12]}): delete it and push it again"
+            )
         return info
 
     # -- fold plans ------------------------------------------------------------------------------------
@@ -126,7 +139,7 @@ class DatasetStore(abc.ABC):
     def close(self) -> None:
         """Release connections; the store reconnects if used again."""
 
-    def __enter__(self) -> "DatasetStore":
+    def __enter__(self) -> DatasetStore:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -135,11 +148,11 @@ class DatasetStore(abc.ABC):
     def _not_found(self, ref: str) -> DatasetNotFoundError:
         return DatasetNotFoundError(
             f"no dataset {ref!r} in {self.describe()} (`tlsearch dataset ls` lists them; "
-            f"`tlsearch dataset push NAME PATH` adds one)")
+            f"`tlsearch dataset push NAME PATH` adds one)"
+        )
 
 
-def version_for_push(name: str, latest: DatasetInfo | None, content_hash: str,
-                     new_version: bool) -> DatasetInfo | int:
+def version_for_push(name: str, latest: DatasetInfo | None, content_hash: str, new_version: bool) -> DatasetInfo | int:
     """The version a push of `content_hash` creates under `name`, or the existing latest when identical."""
     if latest is None:
         return 1
@@ -148,24 +161,11 @@ def version_for_push(name: str, latest: DatasetInfo | None, content_hash: str,
     if not new_version:
         raise DatasetExistsError(
             f"dataset {name!r} already holds different content ({latest.ref}, sha256 {latest.hash[:12]}): "
-            f"push with --new-version (new_version=True) to add {name}@{latest.version + 1}, or use another name")
+            f"push with --new-version (new_version=True) to add {name}@{latest.version + 1}, or use another name"
+        )
     return latest.version + 1
 
 
 def stored_size(info: DatasetInfo) -> int:
     """Bytes of all of `info`'s .npy files (what a download moves)."""
     return sum(npy_size(info.dtype(name), info.shape(name)) for name in info.arrays)
-
-
-def open_dataset_store(mongo_uri: str | None = None, *, database: str = "tlsearch",
-                       root: Path | None = None) -> DatasetStore:
-    """The MongoDB (GridFS) store when `mongo_uri` is given, else the local store under `root`/datasets
-    (`root` defaults to tlsearch.config.home())."""
-    if mongo_uri:
-        from tlsearch.data._gridfs import MongoDatasetStore
-
-        return MongoDatasetStore(mongo_uri, database)
-    from tlsearch import config
-    from tlsearch.data._local import LocalDatasetStore
-
-    return LocalDatasetStore(config.home(root) / "datasets")

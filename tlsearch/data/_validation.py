@@ -11,8 +11,15 @@ from tlsearch.data._errors import DatasetValidationError
 from tlsearch.data._info import ARRAY_NAMES, FEATURES, GROUPS, LABELS, REQUIRED_ARRAYS, SAMPLE_WEIGHT
 
 _NUMERIC_KINDS = "biuf"  # bool, signed and unsigned integers, floats
-_KIND_WORDS = {"O": "object", "U": "strings", "S": "bytes", "V": "structured or raw records",
-               "M": "datetimes", "m": "timedeltas", "c": "complex numbers"}
+_KIND_WORDS = {
+    "O": "object",
+    "U": "strings",
+    "S": "bytes",
+    "V": "structured or raw records",
+    "M": "datetimes",
+    "m": "timedeltas",
+    "c": "complex numbers",
+}
 
 
 def prepare_arrays(arrays: Mapping[str, object]) -> dict[str, np.ndarray]:
@@ -26,11 +33,13 @@ def prepare_arrays(arrays: Mapping[str, object]) -> dict[str, np.ndarray]:
     if unknown:
         raise DatasetValidationError(
             f"unknown array name(s) {', '.join(map(repr, unknown))}: a dataset holds "
-            f"{', '.join(map(repr, ARRAY_NAMES))}")
+            f"{', '.join(map(repr, ARRAY_NAMES))}"
+        )
     missing = [name for name in REQUIRED_ARRAYS if arrays.get(name) is None]
     if missing:
         raise DatasetValidationError(
-            f"missing array(s) {', '.join(map(repr, missing))}: a dataset needs features 'X' and labels 'y'")
+            f"missing array(s) {', '.join(map(repr, missing))}: a dataset needs features 'X' and labels 'y'"
+        )
     prepared = {}
     for name in ARRAY_NAMES:
         if arrays.get(name) is None:
@@ -46,7 +55,8 @@ def prepare_arrays(arrays: Mapping[str, object]) -> dict[str, np.ndarray]:
         if weights.size and (weights < 0).any():
             raise DatasetValidationError(
                 f"sample weight array 'sample_weight' has {int((weights < 0).sum())} negative values "
-                f"(first at row {int(np.argmax(weights < 0))}); weights must be >= 0")
+                f"(first at row {int(np.argmax(weights < 0))}); weights must be >= 0"
+            )
     if GROUPS in prepared:
         _check_ndim(GROUPS, prepared[GROUPS], 1)
         _check_finite(prepared[GROUPS], "group array 'groups'")
@@ -64,11 +74,15 @@ def _prepare_array(name: str, value: object) -> np.ndarray:
     kind = array.dtype.kind
     if kind not in _NUMERIC_KINDS:
         what = _KIND_WORDS.get(kind, f"dtype {array.dtype}")
-        hint = ("object arrays are refused because storing them would need pickle"
-                if kind == "O" else "only numeric and bool arrays are stored")
+        hint = (
+            "object arrays are refused because storing them would need pickle"
+            if kind == "O"
+            else "only numeric and bool arrays are stored"
+        )
         raise DatasetValidationError(
             f"array {name!r} holds {what} (dtype {array.dtype}): {hint}; convert it to a numeric dtype "
-            "(encode categories and labels as integers)")
+            "(encode categories and labels as integers)"
+        )
     if array.ndim == 0:
         raise DatasetValidationError(f"array {name!r} is a scalar: it needs one row per sample")
     native = array.dtype.newbyteorder("=") if array.dtype.byteorder not in "=|" else array.dtype
@@ -86,7 +100,8 @@ def _check_rows(arrays: dict[str, np.ndarray]) -> None:
     for name, array in arrays.items():
         if len(array) != rows:
             raise DatasetValidationError(
-                f"arrays have different lengths: features 'X' has {rows} rows but {name!r} has {len(array)}")
+                f"arrays have different lengths: features 'X' has {rows} rows but {name!r} has {len(array)}"
+            )
 
 
 def _check_classes(y: np.ndarray) -> None:
@@ -94,7 +109,8 @@ def _check_classes(y: np.ndarray) -> None:
     if y.dtype.kind in "biu" and y.ndim == 1 and len(np.unique(y)) < 2:
         raise DatasetValidationError(
             f"the label array 'y' holds one class only ({y[0]!r} in all {len(y)} rows): a classifier needs at "
-            "least two; check the label column (--label)")
+            "least two; check the label column (--label)"
+        )
 
 
 def _check_ndim(name: str, array: np.ndarray, ndim: int) -> None:
@@ -111,7 +127,8 @@ def _check_finite(array: np.ndarray, what: str) -> None:
             rows = mask.reshape(len(array), -1).any(axis=1)
             raise DatasetValidationError(
                 f"{what} has {int(rows.sum())} row(s) with {problem} values (first at row {int(np.argmax(rows))}); "
-                "it must be finite")
+                "it must be finite"
+            )
 
 
 def prepare_metadata(metadata: Mapping | None) -> dict:
@@ -130,7 +147,8 @@ def prepare_metadata(metadata: Mapping | None) -> dict:
         raise DatasetValidationError(
             f"the dataset's metadata (column names and the like) takes {size / 2**20:.1f} MiB, over the "
             f"{_METADATA_MAX_BYTES // 2**20} MiB tlsearch keeps in one MongoDB document: shorten the column "
-            "names, or save the table as .npy/.npz (no names stored)")
+            "names, or save the table as .npy/.npz (no names stored)"
+        )
     return document
 
 

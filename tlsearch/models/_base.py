@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -59,10 +60,35 @@ class FoldResult:
     predictions: np.ndarray | None = None  # on the validation rows, when the study keeps them
 
 
+class SpecView(Protocol):
+    """What the trainers and `cv` read of a study's `tlsearch.StudySpec` (tlsearch.study is a layer above)."""
+
+    name: str
+    seed: int
+    model: ModelKind
+    metrics: tuple
+    return_train_score: bool
+    keep_predictions: bool
+
+
+class ModelKind:
+    """A kind of model a study trains (KerasModel, SklearnModel, CustomLoop): its declaration, and the trainer
+    that fits and scores it per fold (`trainer(spec, arrays)`), as KerasTuner's HyperModel owns build and fit."""
+
+    default_metric = "score"  # the metric's name when the study gives none
+    metrics_are_scorers = False  # metric names are scikit-learn scorer names (and greater is better)
+    gathers_fold_rows = False  # folds are gathered rows in index order (cross_validate's), not cache views
+    framework = ""  # "keras", "sklearn" or "custom": how a refit model is saved
+
+    def trainer(self, spec: SpecView, arrays: Mapping[str, np.ndarray]) -> FoldTrainer:
+        raise NotImplementedError
+
+
 class FoldTrainer(Protocol):
     """Builds a fresh model for each fold, fits it on the fold's training rows and scores it."""
 
     def run(self, params: dict, fold: Fold) -> FoldResult: ...
 
-    def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
-                 seed: int) -> Any: ...
+    def fit_full(
+        self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None, seed: int
+    ) -> Any: ...

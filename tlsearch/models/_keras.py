@@ -11,16 +11,15 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from tlsearch.models._base import Fold, FoldResult, NonFiniteLossError, is_class_labels
+from tlsearch.models._base import Fold, FoldResult, ModelKind, NonFiniteLossError, SpecView, is_class_labels
 from tlsearch.models._sklearn import resolve_scorer
-
-if TYPE_CHECKING:
-    from tlsearch.study import KerasModel, StudySpec
+from tlsearch.spec_checks import is_int, require
 
 _keras_ready = False
 _import_lock = threading.Lock()  # a worker imports Keras in the background while its first trial may start
@@ -157,8 +156,9 @@ class _KerasClassifierView:
     def __sklearn_tags__(self) -> Any:
         from sklearn.utils import ClassifierTags, Tags, TargetTags
 
-        return Tags(estimator_type="classifier", target_tags=TargetTags(required=True),
-                    classifier_tags=ClassifierTags())
+        return Tags(
+            estimator_type="classifier", target_tags=TargetTags(required=True), classifier_tags=ClassifierTags()
+        )
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         probabilities = np.asarray(self.model.predict(_as_inputs(X), batch_size=self._batch_size, verbose=0))
@@ -181,8 +181,7 @@ class _KerasRegressorView:
     def __sklearn_tags__(self) -> Any:
         from sklearn.utils import RegressorTags, Tags, TargetTags
 
-        return Tags(estimator_type="regressor", target_tags=TargetTags(required=True),
-                    regressor_tags=RegressorTags())
+        return Tags(estimator_type="regressor", target_tags=TargetTags(required=True), regressor_tags=RegressorTags())
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         predictions = np.asarray(self.model.predict(_as_inputs(X), batch_size=self._batch_size, verbose=0))
@@ -224,8 +223,9 @@ def _load_initial_state(model: Any, fresh: Any) -> bool:
     and its optimizer's variables as built before the first step. False when the optimizers differ."""
     fresh.optimizer.build(fresh.trainable_variables)
     pairs = [*zip(model.variables, fresh.variables), *zip(model.optimizer.variables, fresh.optimizer.variables)]
-    if (len(model.optimizer.variables) != len(fresh.optimizer.variables)
-            or any(tuple(mine.shape) != tuple(theirs.shape) for mine, theirs in pairs)):
+    if len(model.optimizer.variables) != len(fresh.optimizer.variables) or any(
+        tuple(mine.shape) != tuple(theirs.shape) for mine, theirs in pairs
+    ):
         return False
     for mine, theirs in pairs:
         mine.assign(theirs)
@@ -243,7 +243,7 @@ class KerasTrainer:
     any other name is a scikit-learn scorer, applied to the model's predictions.
     """
 
-    def __init__(self, spec: StudySpec, input_shape: tuple[int, ...], target: Target) -> None:
+    def __init__(self, spec: SpecView, input_shape: tuple[int, ...], target: Target) -> None:
         self._model_spec: KerasModel = spec.model
         self._metrics = spec.metrics
         self._input_shape = tuple(input_shape)
@@ -260,16 +260,30 @@ class KerasTrainer:
         if self._gradients_before is None:
             self._gradients_before = _custom_gradient_names(keras)
         started = time.perf_counter()
-        model, n_epochs = self._fit(keras, params, fold.x_train, fold.y_train, fold.sample_weight, fold.seed,
-                                    self._user_callbacks(fold), reuse=True)
+        model, n_epochs = self._fit(
+            keras,
+            params,
+            fold.x_train,
+            fold.y_train,
+            fold.sample_weight,
+            fold.seed,
+            self._user_callbacks(fold),
+            reuse=True,
+        )
         fit_time = time.perf_counter() - started
         started = time.perf_counter()
         test_scores = self._score(model, fold.x_valid, fold.y_valid)
         score_time = time.perf_counter() - started
         train_scores = self._score(model, fold.x_train, fold.y_train) if self._return_train_score else None
         predictions = self._estimator_view(model).predict(fold.x_valid) if self._keep_predictions else None
-        return FoldResult(test_scores=test_scores, fit_time=fit_time, score_time=score_time,
-                          train_scores=train_scores, n_epochs=n_epochs, predictions=predictions)
+        return FoldResult(
+            test_scores=test_scores,
+            fit_time=fit_time,
+            score_time=score_time,
+            train_scores=train_scores,
+            n_epochs=n_epochs,
+            predictions=predictions,
+        )
 
     def close(self) -> None:
         """Free the trial's model, graphs and weights: a worker runs many trials and must not grow."""
@@ -282,8 +296,7 @@ class KerasTrainer:
         keras.backend.clear_session()
         gc.collect()
 
-    def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
-                 seed: int) -> Any:
+    def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None, seed: int) -> Any:
         model, _ = self._fit(import_keras(), params, X, y, sample_weight, seed)
         return model
 
@@ -292,8 +305,17 @@ class KerasTrainer:
         factory = self._model_spec.callbacks
         return [] if factory is None else list(factory(fold.trial_number, fold.index))
 
-    def _fit(self, keras: Any, params: dict, x: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
-             seed: int, user_callbacks: list = (), reuse: bool = False) -> tuple[Any, int]:
+    def _fit(
+        self,
+        keras: Any,
+        params: dict,
+        x: np.ndarray,
+        y: np.ndarray,
+        sample_weight: np.ndarray | None,
+        seed: int,
+        user_callbacks: list = (),
+        reuse: bool = False,
+    ) -> tuple[Any, int]:
         spec = self._model_spec
         keras.utils.set_random_seed(seed)
         x, y = _as_inputs(x), self._target.encode(y)
@@ -307,14 +329,26 @@ class KerasTrainer:
             validation_data = (x[held_out], y[held_out])
             x, y = x[kept], y[kept]
             sample_weight = None if sample_weight is None else np.asarray(sample_weight)[kept]
-            callbacks.append(keras.callbacks.EarlyStopping(monitor="val_loss", patience=spec.early_stopping,
-                                                           restore_best_weights=True))
+            callbacks.append(
+                keras.callbacks.EarlyStopping(
+                    monitor="val_loss", patience=spec.early_stopping, restore_best_weights=True
+                )
+            )
         callbacks.extend(user_callbacks)
         model = self._build(keras, params)
         if reuse:
             model = self._reuse_trained(model)
-        history = model.fit(x, y, epochs=spec.epochs, batch_size=spec.batch_size, validation_data=validation_data,
-                            sample_weight=sample_weight, callbacks=callbacks, verbose=0, **spec.fit_kwargs)
+        history = model.fit(
+            x,
+            y,
+            epochs=spec.epochs,
+            batch_size=spec.batch_size,
+            validation_data=validation_data,
+            sample_weight=sample_weight,
+            callbacks=callbacks,
+            verbose=0,
+            **spec.fit_kwargs,
+        )
         return model, len(history.epoch)
 
     def _build(self, keras: Any, params: dict) -> Any:
@@ -333,8 +367,12 @@ class KerasTrainer:
         evaluation functions), so later folds of a trial train the already traced model.
         """
         structure = _structure(fresh)
-        if (self._trained is not None and structure is not None and structure == self._trained_structure
-                and _load_initial_state(self._trained, fresh)):
+        if (
+            self._trained is not None
+            and structure is not None
+            and structure == self._trained_structure
+            and _load_initial_state(self._trained, fresh)
+        ):
             return self._trained
         self._trained, self._trained_structure = fresh, structure
         return fresh
@@ -344,8 +382,9 @@ class KerasTrainer:
         return self._score(model, x, y)
 
     def _score(self, model: Any, x: np.ndarray, y: np.ndarray) -> list[float]:
-        reported = model.evaluate(_as_inputs(x), self._target.encode(y), batch_size=self._eval_batch_size,
-                                  verbose=0, return_dict=True)
+        reported = model.evaluate(
+            _as_inputs(x), self._target.encode(y), batch_size=self._eval_batch_size, verbose=0, return_dict=True
+        )
         scores = []
         for metric in self._metrics:
             name = "loss" if metric is None else metric
@@ -356,8 +395,10 @@ class KerasTrainer:
                 from sklearn.metrics import get_scorer_names
 
                 if name not in get_scorer_names():
-                    raise ValueError(f"metric {name!r} is neither reported by the compiled model (it reports "
-                                     f"{', '.join(sorted(reported))}) nor a scikit-learn scorer name")
+                    raise ValueError(
+                        f"metric {name!r} is neither reported by the compiled model (it reports "
+                        f"{', '.join(sorted(reported))}) nor a scikit-learn scorer name"
+                    )
             scores.append(float(resolve_scorer(name)(self._estimator_view(model), x, y)))
         return scores
 
@@ -365,3 +406,78 @@ class KerasTrainer:
         if self._target.classes is None:
             return _KerasRegressorView(model, self._eval_batch_size)
         return _KerasClassifierView(model, self._target.classes, self._eval_batch_size)
+
+
+@dataclass
+class KerasModel(ModelKind):
+    """A Keras model trained per fold: `build(params, input_shape, n_classes)` returns a compiled keras.Model.
+
+    input_shape is `X.shape[1:]`; n_classes is the number of distinct labels when y holds class labels
+    (integers, booleans or strings; encoded as 0..n_classes-1 for training) and None for a float y. `task` forces
+    "classification" or "regression" instead of inferring it from y. `early_stopping` is a patience in
+    epochs: it watches val_loss on `early_stopping_fraction` of the fold's training rows (never on the
+    fold's validation rows, so the CV score stays honest) and restores the best weights.
+    `fit_kwargs` go to `model.fit` unchanged (e.g. class_weight). `callbacks` is a function
+    `(trial_number, fold_index) -> list of keras.callbacks.Callback`, called for each fold (callbacks hold
+    state: return new ones each time); they run after tlsearch's own (NaN guard, early stopping).
+    """
+
+    build: Callable[..., Any]
+    epochs: int = 10
+    batch_size: int = 32
+    early_stopping: int | None = None
+    early_stopping_fraction: float = 0.1
+    fit_kwargs: dict = field(default_factory=dict)
+    task: str | None = None
+    callbacks: Callable[[int, int], Sequence[Any]] | None = None
+
+    def __post_init__(self) -> None:
+        require(
+            callable(self.build),
+            "KerasModel.build",
+            "must be a function (params, input_shape, n_classes) -> compiled keras.Model",
+        )
+        require(
+            is_int(self.epochs) and self.epochs >= 1, "KerasModel.epochs", f"must be an int >= 1, got {self.epochs!r}"
+        )
+        require(
+            is_int(self.batch_size) and self.batch_size >= 1,
+            "KerasModel.batch_size",
+            f"must be an int >= 1, got {self.batch_size!r}",
+        )
+        require(
+            self.early_stopping is None or (is_int(self.early_stopping) and self.early_stopping >= 1),
+            "KerasModel.early_stopping",
+            f"must be a patience in epochs (int >= 1) or None, got {self.early_stopping!r}",
+        )
+        require(
+            isinstance(self.early_stopping_fraction, (int, float)) and 0 < self.early_stopping_fraction < 1,
+            "KerasModel.early_stopping_fraction",
+            f"must be between 0 and 1, got {self.early_stopping_fraction!r}",
+        )
+        require(isinstance(self.fit_kwargs, Mapping), "KerasModel.fit_kwargs", "must be a dict")
+        reserved = {"x", "y", "epochs", "batch_size", "validation_data", "sample_weight"} & set(self.fit_kwargs)
+        require(not reserved, "KerasModel.fit_kwargs", f"must not set {sorted(reserved)}: tlsearch sets them per fold")
+        require(
+            "callbacks" not in self.fit_kwargs,
+            "KerasModel.fit_kwargs",
+            "must not set 'callbacks' (they would be shared by every fold): pass "
+            "KerasModel(callbacks=lambda trial_number, fold_index: [...]) to get fresh ones per fold",
+        )
+        require(
+            self.callbacks is None or callable(self.callbacks),
+            "KerasModel.callbacks",
+            f"must be a function (trial_number, fold_index) -> list of Keras callbacks, got {self.callbacks!r}",
+        )
+        require(
+            self.task in (None, "classification", "regression"),
+            "KerasModel.task",
+            f"must be 'classification', 'regression' or None, got {self.task!r}",
+        )
+
+    default_metric = "loss"
+    framework = "keras"
+
+    def trainer(self, spec: SpecView, arrays: Mapping[str, np.ndarray]) -> KerasTrainer:
+        """Reads the full y once, to find the classes."""
+        return KerasTrainer(spec, tuple(arrays["X"].shape[1:]), describe_target(np.asarray(arrays["y"]), self.task))

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from tlsearch.models._base import Fold, FoldResult
-
-if TYPE_CHECKING:
-    from tlsearch.study import StudySpec
+from tlsearch.models._base import Fold, FoldResult, ModelKind, SpecView
+from tlsearch.spec_checks import require
 
 Scorer = Callable[[Any, np.ndarray, np.ndarray], float]
 
@@ -31,7 +30,7 @@ def resolve_scorer(metric: Any) -> Scorer:
 class SklearnTrainer:
     """Fits `spec.model.factory(params)` on each fold, like scikit-learn's cross_validate."""
 
-    def __init__(self, spec: StudySpec) -> None:
+    def __init__(self, spec: SpecView) -> None:
         self._factory = spec.model.factory
         self._scorers = [resolve_scorer(metric) for metric in spec.metrics]
         self._return_train_score = spec.return_train_score
@@ -59,15 +58,36 @@ class SklearnTrainer:
         if self._return_train_score:
             train_scores = [float(scorer(estimator, fold.x_train, fold.y_train)) for scorer in self._scorers]
         predictions = estimator.predict(fold.x_valid) if self._keep_predictions else None
-        return FoldResult(test_scores=test_scores, fit_time=fit_time, score_time=score_time,
-                          train_scores=train_scores, predictions=predictions)
+        return FoldResult(
+            test_scores=test_scores,
+            fit_time=fit_time,
+            score_time=score_time,
+            train_scores=train_scores,
+            predictions=predictions,
+        )
 
     def score(self, model: Any, x: np.ndarray, y: np.ndarray) -> list[float]:
         """The study's metrics of a fitted model on rows x, y."""
         return [float(scorer(model, x, y)) for scorer in self._scorers]
 
-    def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None,
-                 seed: int) -> Any:
+    def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None, seed: int) -> Any:
         estimator = self._new_estimator(params, seed)
         fit_params = {} if sample_weight is None else {"sample_weight": sample_weight}
         return estimator.fit(X, y, **fit_params)
+
+
+@dataclass
+class SklearnModel(ModelKind):
+    """A scikit-learn estimator per fold: `factory(params)` returns a fresh, unfitted estimator."""
+
+    factory: Callable[[dict], Any]
+
+    def __post_init__(self) -> None:
+        require(callable(self.factory), "SklearnModel.factory", "must be a function params -> scikit-learn estimator")
+
+    metrics_are_scorers = True
+    gathers_fold_rows = True
+    framework = "sklearn"
+
+    def trainer(self, spec: SpecView, arrays: Mapping[str, np.ndarray]) -> SklearnTrainer:
+        return SklearnTrainer(spec)

@@ -22,8 +22,9 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution, distribution_to_json, json_to_distribution
 from optuna.study import StudyDirection
-from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
+
+from tlsearch._optuna_compat import FrozenStudy
 
 # A trial's id says where it lives: study_id * TRIAL_ID_SPAN + number. Study ids are never reused and
 # numbers are dense per study, so ids are unique for ever and new trials of a study can be looked up by id.

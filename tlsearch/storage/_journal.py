@@ -11,10 +11,15 @@ from typing import Any
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
-from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
-from optuna.storages.journal._file import BaseJournalFileLock, get_lock_file
-from optuna.storages.journal._storage import JournalOperation
+from optuna.storages.journal import BaseJournalBackend, JournalFileSymlinkLock
 
+from tlsearch._optuna_compat import (
+    BaseJournalFileLock,
+    JournalOperation,
+    append_journal_operations,
+    get_lock_file,
+    replay_journal,
+)
 from tlsearch.errors import TLSearchError
 
 log = logging.getLogger(__name__)
@@ -35,34 +40,37 @@ class JournalStorage(optuna.storages.JournalStorage):
     def set_trial_intermediate_value_and_user_attrs(
         self, trial_id: int, step: int, intermediate_value: float, attrs: Mapping[str, Any]
     ) -> None:
-        report = {"op_code": JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE, "trial_id": trial_id, "step": step,
-                  "intermediate_value": intermediate_value}
+        report = {
+            "op_code": JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE,
+            "trial_id": trial_id,
+            "step": step,
+            "intermediate_value": intermediate_value,
+        }
         self._append([report, *self._user_attr_logs(trial_id, attrs)])
 
     @staticmethod
     def _user_attr_logs(trial_id: int, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
         # One attribute per operation: Optuna's replay takes no more.
-        return [{"op_code": JournalOperation.SET_TRIAL_USER_ATTR, "trial_id": trial_id, "user_attr": {key: value}}
-                for key, value in attrs.items()]
+        return [
+            {"op_code": JournalOperation.SET_TRIAL_USER_ATTR, "trial_id": trial_id, "user_attr": {key: value}}
+            for key, value in attrs.items()
+        ]
 
     def _append(self, logs: list[dict[str, Any]]) -> None:
         if not logs:
             return
-        with self._thread_lock:
-            worker_id = self._replay_result.worker_id
-            self._backend.append_logs([{**log, "worker_id": worker_id} for log in logs])
-            try:
-                self._sync_with_backend()  # replaying our own operations raises if the trial is finished or missing
-            except (KeyError, UpdateFinishedTrialError):
-                self._replay_rejected()
-                raise
+        try:
+            append_journal_operations(self, logs)  # replaying them raises if the trial is finished or missing
+        except (KeyError, UpdateFinishedTrialError):
+            self._replay_rejected()
+            raise
 
     def _replay_rejected(self) -> None:
         """Replay the rest of a rejected batch: the replay stops at the first operation refused, and each
         following one of the batch, refused too, would otherwise raise in some later call."""
         while True:
             try:
-                self._sync_with_backend()
+                replay_journal(self)
                 return
             except (KeyError, UpdateFinishedTrialError):
                 continue
@@ -104,13 +112,20 @@ class JournalDamagedError(TLSearchError):
     """A line in the middle of the journal file is not a journal operation."""
 
 
-class CrashTolerantJournalFile(JournalFileBackend):
-    """Optuna's journal file, surviving a writer killed mid-append.
+class CrashTolerantJournalFile(BaseJournalBackend):
+    """Optuna's journal file format (one JSON operation a line, as `JournalFileBackend` writes it), surviving a
+    writer killed mid-append.
 
     A cut-off last line (no newline) is skipped with a warning, and the next append cuts it off the file
     before writing (under the file lock), so no later operation is glued to it. A damaged complete line
-    raises `JournalDamagedError` naming the file and the line number.
+    raises `JournalDamagedError` naming the file and the line number. Plain Optuna reads the same file.
     """
+
+    def __init__(self, file_path: str, lock_obj: BaseJournalFileLock | None = None) -> None:
+        self._file_path = file_path
+        self._lock = lock_obj or JournalFileSymlinkLock(file_path)
+        open(file_path, "ab").close()
+        self._log_number_offset: dict[int, int] = {0: 0}  # byte offset of each line read so far
 
     def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
         with open(self._file_path, "rb") as f:
@@ -118,8 +133,11 @@ class CrashTolerantJournalFile(JournalFileBackend):
             f.seek(self._log_number_offset[log_number])
             for line in f:
                 if not line.endswith(b"\n"):
-                    log.warning("journal file %s: ignoring a cut-off last line (a process stopped while writing "
-                                "it); the next write removes it", self._file_path)
+                    log.warning(
+                        "journal file %s: ignoring a cut-off last line (a process stopped while writing "
+                        "it); the next write removes it",
+                        self._file_path,
+                    )
                     return
                 self._log_number_offset[log_number + 1] = self._log_number_offset[log_number] + len(line)
                 if log_number >= log_number_from:
@@ -143,7 +161,8 @@ class CrashTolerantJournalFile(JournalFileBackend):
         if not isinstance(entry, dict) or "op_code" not in entry:
             raise JournalDamagedError(
                 f"journal file {self._file_path} is damaged at line {log_number + 1} ({line[:60]!r}): restore it "
-                "from a backup, or delete that line to lose the operation it held")
+                "from a backup, or delete that line to lose the operation it held"
+            )
         return entry
 
     def _cut_partial_last_line(self) -> None:

@@ -26,17 +26,17 @@ from bson.codec_options import CodecOptions
 from optuna.distributions import BaseDistribution, check_distribution_compatibility
 from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.storages import BaseStorage
-from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
-from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.study import StudyDirection
-from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 from pymongo import IndexModel, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
+from tlsearch import _optuna_compat as compat
+from tlsearch._optuna_compat import DEFAULT_STUDY_NAME_PREFIX, BaseHeartbeat, FrozenStudy
+from tlsearch.config import DEFAULT_DATABASE
+from tlsearch.mongo import MongoUnavailableError, connect, mask_uri, ping, retrying
 from tlsearch.storage import _codec as codec
 from tlsearch.storage._cache import StudyCache
-from tlsearch.storage._client import MongoUnavailableError, connect, mask_uri, ping, retrying
 
 _logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
     def __init__(
         self,
         url_or_client: str | pymongo.MongoClient,
-        database: str = "tlsearch",
+        database: str = DEFAULT_DATABASE,
         *,
         heartbeat_interval: float | None = None,
         grace_period: float | None = None,
@@ -214,7 +214,7 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
     def _take_written(self, trial_id: int) -> FrozenTrial | None:
         trial = getattr(self._just_written, "trial", None)
         self._just_written.trial = None
-        return trial if trial is not None and trial._trial_id == trial_id else None
+        return trial if trial is not None and compat.trial_id(trial) == trial_id else None
 
     def _insert(self, collection: str, document: dict[str, Any]) -> bool:
         """Insert `document`; False if its unique keys are taken by another document.
@@ -264,7 +264,9 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
         def increment(collections: _Collections) -> int | None:
             try:
                 before = collections.counters.find_one_and_update(
-                    {"_id": _STUDY_ID_COUNTER}, {"$inc": {"next": 1}}, upsert=True,
+                    {"_id": _STUDY_ID_COUNTER},
+                    {"$inc": {"next": 1}},
+                    upsert=True,
                     return_document=ReturnDocument.BEFORE,
                 )
             except DuplicateKeyError:  # two first-ever upserts raced; the counter now exists
@@ -380,7 +382,7 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
         with self._lock:
             cache.add(trial, document)
         self._remember_written(trial)
-        return trial._trial_id
+        return compat.trial_id(trial)
 
     def _study_distribution(self, cache: StudyCache, name: str, distribution: BaseDistribution) -> BaseDistribution:
         """The distribution of parameter `name` in the study: the first one anyone registered (this one if none)."""
@@ -473,9 +475,7 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
             raise KeyError(f"No trial with trial_id {trial_id} exists.")
         state = TrialState[document["state"]]
         if state.is_finished():
-            raise UpdateFinishedTrialError(
-                f"Trial#{document['number']} has already finished and can not be updated."
-            )
+            raise UpdateFinishedTrialError(f"Trial#{document['number']} has already finished and can not be updated.")
         return state
 
     def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
@@ -497,7 +497,8 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
             # document, to which we apply our own fields to get the new one.
             before = self._retrying(
                 lambda c: c.trials.find_one_and_update(
-                    {"_id": trial_id, "state": expected.name}, {"$set": fields},
+                    {"_id": trial_id, "state": expected.name},
+                    {"$set": fields},
                     return_document=ReturnDocument.BEFORE,
                 )
             )
@@ -611,17 +612,20 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
         """Take one of `limit` trial slots of the study; False when all are taken. A study without a counter
         starts at `claimed()` (its finished and running trials). A conditional `$inc` on one document: atomic."""
         if study_id not in self._slot_counters:
-            self._retrying(lambda c: c.studies.update_one(
-                {"_id": study_id, _SLOTS: {"$exists": False}}, {"$set": {_SLOTS: claimed()}}))
+            self._retrying(
+                lambda c: c.studies.update_one(
+                    {"_id": study_id, _SLOTS: {"$exists": False}}, {"$set": {_SLOTS: claimed()}}
+                )
+            )
             self._slot_counters.add(study_id)
-        result = self._retrying(lambda c: c.studies.update_one(
-            {"_id": study_id, _SLOTS: {"$lt": limit}}, {"$inc": {_SLOTS: 1}}))
+        result = self._retrying(
+            lambda c: c.studies.update_one({"_id": study_id, _SLOTS: {"$lt": limit}}, {"$inc": {_SLOTS: 1}})
+        )
         return result.modified_count == 1
 
     def release_trial_slot(self, study_id: int) -> None:
         """Give back a slot taken by `claim_trial_slot` (its trial failed)."""
-        self._retrying(lambda c: c.studies.update_one(
-            {"_id": study_id, _SLOTS: {"$gt": 0}}, {"$inc": {_SLOTS: -1}}))
+        self._retrying(lambda c: c.studies.update_one({"_id": study_id, _SLOTS: {"$gt": 0}}, {"$inc": {_SLOTS: -1}}))
 
     # Heartbeats (on the server's clock)
 

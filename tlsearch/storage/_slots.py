@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import optuna
 
+from tlsearch._optuna_compat import journal_file_path
+
 try:
     import fcntl
 except ImportError:  # Windows: no counter; the driver falls back to counting finished trials
@@ -22,12 +24,12 @@ class TrialSlots:
     """The slot counter of one study; `claimed()` gives its start value (finished + running trials)."""
 
     def __init__(self, storage: optuna.storages.BaseStorage, study_id: int) -> None:
-        self._storage, self._study_id = storage, study_id
+        self.storage, self.study_id = storage, study_id
 
     def claim(self, limit: int, claimed: Callable[[], int]) -> bool:
         """Take a slot if fewer than `limit` are taken."""
-        if hasattr(self._storage, "claim_trial_slot"):
-            return self._storage.claim_trial_slot(self._study_id, limit, claimed)
+        if hasattr(self.storage, "claim_trial_slot"):
+            return self.storage.claim_trial_slot(self.study_id, limit, claimed)
         with _LockedCounter(self._counter_path()) as counter:
             taken = counter.read(claimed)
             if taken >= limit:
@@ -37,8 +39,8 @@ class TrialSlots:
 
     def release(self) -> None:
         """Give back a slot (its trial failed)."""
-        if hasattr(self._storage, "release_trial_slot"):
-            self._storage.release_trial_slot(self._study_id)
+        if hasattr(self.storage, "release_trial_slot"):
+            self.storage.release_trial_slot(self.study_id)
             return
         path = self._counter_path()
         if os.path.exists(path):
@@ -47,7 +49,7 @@ class TrialSlots:
                 counter.write(max(taken - 1, 0))
 
     def _counter_path(self) -> str:
-        return f"{self._storage._backend._file_path}.slots-{self._study_id}"
+        return f"{journal_file_path(self.storage)}.slots-{self.study_id}"
 
 
 class _LockedCounter:

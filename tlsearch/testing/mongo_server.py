@@ -41,8 +41,16 @@ class TestMongoServer:
         classes, lib = _SERVER_DIR / "classes", _SERVER_DIR / "lib"
         if not (classes / "TestMongoServer.class").exists():
             raise RuntimeError(f"the test MongoDB server is not built in {_SERVER_DIR}; run `bash .ci/setup` first")
-        args = ["java", "-Xss512k", "-XX:+UseSerialGC", "-cp", f"{classes}{os.pathsep}{lib}/*",
-                "TestMongoServer", self.host, str(self.port)]
+        args = [
+            "java",
+            "-Xss512k",
+            "-XX:+UseSerialGC",
+            "-cp",
+            f"{classes}{os.pathsep}{lib}/*",
+            "TestMongoServer",
+            self.host,
+            str(self.port),
+        ]
         if self.h2_file:
             args.append(self.h2_file)
         self._process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -7,22 +7,28 @@ import io
 import json
 import math
 import re
-import sys
-import types
 from collections import Counter
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tlsearch import study_attrs
+from tlsearch.config import DEFAULT_DATABASE
 from tlsearch.errors import TLSearchError
+from tlsearch.pruners import describe as describe_prune_reason
+from tlsearch.stores import Stores
 
 _SPLIT = re.compile(r"^split(\d+)_test_score$")
 
 
-def fold_scores(trial: FrozenTrial) -> list[float]:
-    """The trial's per-fold validation scores, in fold order."""
-    folds = sorted((int(m.group(1)), value) for key, value in trial.user_attrs.items() if (m := _SPLIT.match(key)))
-    return [value for _, value in folds]
+def fold_scores(trial: FrozenTrial) -> dict[int, float]:
+    """The trial's validation score per fold number, in fold order (a pruned trial lacks its later folds)."""
+    folds = sorted(
+        (int(m.group(1)), value)
+        for key, value in trial.user_attrs.items()
+        if (m := _SPLIT.match(key)) and isinstance(value, (int, float))
+    )
+    return dict(folds)
 
 
 def trial_row(trial: FrozenTrial) -> dict:
@@ -36,7 +42,7 @@ def trial_row(trial: FrozenTrial) -> dict:
     for key in ("mean_test_score", "std_test_score"):
         if key in attrs:
             row[key] = attrs[key]
-    for k, score in enumerate(fold_scores(trial)):
+    for k, score in fold_scores(trial).items():
         row[f"split{k}_test_score"] = score
     row.update({f"params_{name}": value for name, value in trial.params.items()})
     row["duration_s"] = trial.duration.total_seconds() if trial.duration else None
@@ -50,25 +56,36 @@ def trial_rows(study: optuna.Study, states: tuple[TrialState, ...] | None = None
 
 
 # scikit-learn's cv_results_ order; the split columns go after these.
-_CV_COLUMNS = ("rank_test_score", "mean_test_score", "std_test_score", "mean_fit_time", "std_fit_time",
-               "mean_score_time", "std_score_time")
+_CV_COLUMNS = (
+    "rank_test_score",
+    "mean_test_score",
+    "std_test_score",
+    "mean_fit_time",
+    "std_fit_time",
+    "mean_score_time",
+    "std_score_time",
+)
+_WHY = ("prune_reason", "error")  # why a trial did not complete: last columns, left out when empty
 _STD_OF_FOLDS = ("std_test_score", "std_fit_time", "std_score_time")
 
 
-def results(name: str, *, mongo: str | None = None, database: str = "tlsearch", home=None,
-            states: tuple[TrialState, ...] | None = None):
+def results(
+    name: str,
+    *,
+    mongo: str | None = None,
+    database: str = DEFAULT_DATABASE,
+    home=None,
+    states: tuple[TrialState, ...] | None = None,
+):
     """The trials of study `name` as a pandas DataFrame, one row per trial (what `tlsearch trials` prints)."""
-    from tlsearch import runner
-    from tlsearch.stores import Stores
-
-    return trials_frame(runner.load(Stores.resolve(mongo, database, home), name), states)
+    return trials_frame(study_attrs.load(Stores.resolve(mongo, database, home), name), states)
 
 
 def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = None):
     """`study.trials_dataframe()` led by scikit-learn's cv_results_ columns, in this order: number,
     rank_test_score, mean/std_test_score, mean/std_fit_time, mean/std_score_time, split{k}_test_score,
     n_folds_run, value(s) (`value_{metric}` once the study names its metric), state, datetime_start, datetime_complete, duration, params_* (sorted), the
-    remaining user_attrs_* / system_attrs_*, error. The columns depend only on the study, not on `states` or
+    remaining user_attrs_* / system_attrs_*, prune_reason (one line: why a pruned trial was stopped), error. The columns depend only on the study, not on `states` or
     on which trial has which parameter.
     Ranks count complete trials only (1 = best; ties share the best rank). A pruned trial has NaN for the
     folds it did not run and for its standard deviations (they cover only the folds run)."""
@@ -80,21 +97,21 @@ def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = No
     frame = frame[frame["number"].isin([t.number for t in trials])].reset_index(drop=True)
     by_number = {t.number: t for t in trials}
     n_folds = max((len(fold_scores(t)) for t in every), default=0)  # the same columns whatever `states`
-    cv = pd.DataFrame([_cv_columns(by_number[n], n_folds) for n in frame["number"]],
-                      columns=[*_CV_COLUMNS[1:], *(f"split{k}_test_score" for k in range(n_folds)), "n_folds_run",
-                               "error"])
+    cv = pd.DataFrame(
+        [_cv_columns(by_number[n], n_folds) for n in frame["number"]],
+        columns=[*_CV_COLUMNS[1:], *(f"split{k}_test_score" for k in range(n_folds)), "n_folds_run", *_WHY],
+    )
     cv["n_folds_run"] = cv["n_folds_run"].astype("Int64")  # NaN for a trial that failed before a fold ended
     frame = pd.concat([frame, cv], axis=1)
     frame.insert(1, "rank_test_score", _ranks(study, frame))
     frame = frame.drop(columns=[c for c in frame if c.startswith("user_attrs_") and c[11:] in cv.columns])
-    if not frame["error"].notna().any():
-        frame = frame.drop(columns="error")
+    frame = frame.drop(columns=[c for c in _WHY if not frame[c].notna().any()])
     first = ["number", *_CV_COLUMNS, *(f"split{k}_test_score" for k in range(n_folds)), "n_folds_run"]
     values = _value_columns(frame)
     times = [c for c in ("state", "datetime_start", "datetime_complete", "duration") if c in frame]
     params = sorted(c for c in frame if c.startswith("params_"))
-    rest = sorted(c for c in frame if c not in {*first, *values, *times, *params, "error"})
-    order = [*first, *values, *times, *params, *rest, *(["error"] if "error" in frame else [])]
+    rest = sorted(c for c in frame if c not in {*first, *values, *times, *params, *_WHY})
+    order = [*first, *values, *times, *params, *rest, *(c for c in _WHY if c in frame)]
     return frame[order]
 
 
@@ -104,6 +121,8 @@ def _cv_columns(trial: FrozenTrial, n_folds: int) -> list:
     row = [math.nan if pruned and key in _STD_OF_FOLDS else attrs.get(key, math.nan) for key in _CV_COLUMNS[1:]]
     row += [attrs.get(f"split{k}_test_score", math.nan) for k in range(n_folds)]
     row.append(attrs.get("n_folds_run", len(fold_scores(trial)) or math.nan))
+    pruned_why = attrs.get("prune_reason") if pruned else None
+    row.append(describe_prune_reason(pruned_why) if isinstance(pruned_why, dict) else None)
     failed = trial.state == TrialState.FAIL and "error_type" in attrs
     row.append(f"{attrs['error_type']}: {attrs.get('error_message', '')}" if failed else None)
     return row
@@ -133,8 +152,7 @@ def format_frame(frame, fmt: str = "table", path=None) -> str | None:
         return frame.to_csv(index=False)
     if fmt == "json":
         return frame.to_json(orient="records", date_format="iso", indent=2)
-    return format_rows([{k: (None if _missing(v) else v) for k, v in row.items()}
-                        for row in frame.to_dict("records")])
+    return format_rows([{k: (None if _missing(v) else v) for k, v in row.items()} for row in frame.to_dict("records")])
 
 
 def require_pyarrow() -> None:
@@ -188,10 +206,12 @@ def best_summary(study: optuna.Study) -> str:
         lines.append(f"best trial #{trial.number}: value {values}")
         attrs = trial.user_attrs
         if "mean_test_score" in attrs:
-            lines.append(f"  CV score: {attrs['mean_test_score']:.6g} ± {attrs.get('std_test_score', float('nan')):.3g}")
+            lines.append(
+                f"  CV score: {attrs['mean_test_score']:.6g} ± {attrs.get('std_test_score', float('nan')):.3g}"
+            )
         scores = fold_scores(trial)
         if scores:
-            lines.append("  folds:    " + "  ".join(f"{s:.4g}" for s in scores))
+            lines.append("  folds:    " + "  ".join(f"{s:.4g}" for s in scores.values()))
         for name, value in trial.params.items():
             lines.append(f"  {name} = {value!r}")
     return "\n".join(lines)
@@ -199,8 +219,6 @@ def best_summary(study: optuna.Study) -> str:
 
 def study_status(study_summary: optuna.study.StudySummary, study: optuna.Study) -> dict:
     """Counts by state, best value, dataset, started and last activity of one study."""
-    from tlsearch.runner import ATTR_DATASET_REF, system_attrs
-
     trials = study.get_trials(deepcopy=False)
     counts = Counter(t.state.name for t in trials)
     times = [t for tr in trials for t in (tr.datetime_start, tr.datetime_complete) if t is not None]
@@ -208,11 +226,14 @@ def study_status(study_summary: optuna.study.StudySummary, study: optuna.Study) 
     return {
         "name": study_summary.study_name,
         "directions": [d.name.lower() for d in study_summary.directions],
-        "complete": counts["COMPLETE"], "pruned": counts["PRUNED"], "failed": counts["FAIL"],
-        "running": counts["RUNNING"], "waiting": counts["WAITING"],
+        "complete": counts["COMPLETE"],
+        "pruned": counts["PRUNED"],
+        "failed": counts["FAIL"],
+        "running": counts["RUNNING"],
+        "waiting": counts["WAITING"],
         "best_value": best.value if best is not None and len(study_summary.directions) == 1 else None,
         "best_trial": best.number if best is not None else None,
-        "dataset": system_attrs(study).get(ATTR_DATASET_REF),
+        "dataset": study_attrs.read(study).get(study_attrs.DATASET_REF),
         "started": min(times).isoformat(timespec="seconds") if times else None,
         "last_activity": max(times).isoformat(timespec="seconds") if times else None,
     }
@@ -230,14 +251,3 @@ def _text(value) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
-
-
-class _CallableModule(types.ModuleType):
-    """`tlsearch.results(name)` is the public function, but importing this module (the CLI does) makes the
-    package attribute `tlsearch.results` this module: calling the module calls the function."""
-
-    def __call__(self, *args, **kwargs):
-        return results(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -1,16 +1,19 @@
-"""Connecting to MongoDB: a fast, clear failure when it cannot be reached, retries while it is briefly away,
-and URIs shown without their credentials."""
+"""The one MongoDB layer of the study store, the dataset store and the artifact store: a client that fails fast
+and clearly when the server cannot be reached (`connect`), retries while it is briefly away (`retrying`), and
+URIs shown without their credentials or secret options (`mask_uri`, `scrub`), and GridFS files read back chunk
+by chunk, checked (`read_gridfs_chunks`)."""
 
 from __future__ import annotations
 
 import logging
 import re
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pymongo
-from pymongo.errors import AutoReconnect, ConfigurationError, OperationFailure, PyMongoError
+from pymongo.collection import Collection
+from pymongo.errors import AutoReconnect, ConfigurationError, CursorNotFound, OperationFailure, PyMongoError
 
 from tlsearch.errors import TLSearchError
 
@@ -31,6 +34,15 @@ _SECRET_OPTIONS = re.compile(r"(?i)((?:password|secret|token|authMechanismProper
 
 class MongoUnavailableError(TLSearchError, ConnectionError):
     """The MongoDB server cannot be reached (or stayed unreachable longer than the retry window)."""
+
+
+class GridFSDamagedError(ValueError):
+    """A GridFS file whose chunks are missing, out of order or of the wrong size. `problem` is "damaged" or
+    "truncated", `detail` says where."""
+
+    def __init__(self, problem: str, detail: str) -> None:
+        super().__init__(f"{problem} ({detail})")
+        self.problem, self.detail = problem, detail
 
 
 def mask_uri(uri: str) -> str:
@@ -116,3 +128,31 @@ def retrying(operation: Callable[[], T], describe: Callable[[], str], window_s: 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).split(", Timeout:")[0].split(" (configured timeouts")[0]
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def read_gridfs_chunks(
+    chunks: Collection, file_id: Any, length: int, chunk_size: int, *, first: int = 0, batch_bytes: int = 8 << 20
+) -> Iterator[bytes]:
+    """The chunks of a GridFS file from chunk `first` on, in order, about `batch_bytes` per server reply, each
+    checked (its number and size): GridFSDamagedError when one is missing, extra or cut. A cursor the server
+    dropped (a reader slower than the cursor timeout) is reopened where it stopped."""
+    n_chunks = -(-length // chunk_size) if length else 0
+    n = first
+    while True:
+        query: dict[str, Any] = {"files_id": file_id, **({"n": {"$gte": n}} if n else {})}
+        cursor = chunks.find(query, {"_id": 0, "n": 1, "data": 1}).sort("n", 1)
+        cursor.batch_size(max(1, batch_bytes // chunk_size))
+        try:
+            for doc in cursor:
+                size = chunk_size if n < n_chunks - 1 else length - chunk_size * (n_chunks - 1)
+                if doc["n"] != n or n >= n_chunks or len(doc["data"]) != size:
+                    raise GridFSDamagedError("damaged", f"chunk {n}")
+                yield doc["data"]
+                n += 1
+            break
+        except CursorNotFound:
+            continue
+        finally:
+            cursor.close()
+    if n != n_chunks:
+        raise GridFSDamagedError("truncated", f"{n} of {n_chunks} chunks")

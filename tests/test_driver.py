@@ -16,14 +16,14 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tlsearch import runner
+from tlsearch import driver, study_attrs
 from tlsearch.errors import TLSearchError
 from tlsearch.stores import Stores, require_shared
 from tlsearch.study import load_study_file
 
 pytestmark = pytest.mark.timeout(300)
 
-STUDY_FILE = '''
+STUDY_FILE = """
 import os, time
 import numpy as np
 import optuna
@@ -42,7 +42,7 @@ study = tlsearch.StudySpec(
     name="engine", dataset="sklearn:iris", space=space, model=tlsearch.CustomLoop(fit),
     cv=3, direction="maximize", n_trials={n_trials}, retries=2,
     sampler=optuna.samplers.RandomSampler(seed=7), pruner=optuna.pruners.NopPruner())
-'''
+"""
 
 
 def write_study(tmp_path, n_trials=6, sleep=0.0, body="pass", name="study.py"):
@@ -59,7 +59,7 @@ def test_each_trial_line_shows_the_best_value_including_that_trial(tmp_path, cap
     import re
 
     spec = load_study_file(write_study(tmp_path, n_trials=4))
-    study = runner.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="log")
+    study = driver.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="log")
     lines = [line for line in capsys.readouterr().err.splitlines() if " COMPLETE " in line]
     assert len(lines) == 4
     for line in lines:
@@ -70,14 +70,14 @@ def test_each_trial_line_shows_the_best_value_including_that_trial(tmp_path, cap
 
 def test_local_run_reaches_target_with_distinct_reproducible_params(tmp_path):
     spec = load_study_file(write_study(tmp_path, n_trials=8))
-    first = runner.run(spec, stores=Stores(home=tmp_path / "a"), n_workers=2, progress="off")
+    first = driver.run(spec, stores=Stores(home=tmp_path / "a"), n_workers=2, progress="off")
     assert count(first, TrialState.COMPLETE) == 8
     params = [tuple(t.params.values()) for t in first.trials]
     assert len(set(params)) == 8, "concurrent workers drew the same parameters"
     trial = first.best_trial
     assert {f"split{k}_test_score" for k in range(3)} <= set(trial.user_attrs)
 
-    again = runner.run(spec, stores=Stores(home=tmp_path / "b"), n_workers=2, progress="off")
+    again = driver.run(spec, stores=Stores(home=tmp_path / "b"), n_workers=2, progress="off")
     by_number = lambda study: {t.number: t.params for t in study.trials}
     assert by_number(again) == by_number(first), "the same study and seed must draw the same parameters"
 
@@ -85,8 +85,8 @@ def test_local_run_reaches_target_with_distinct_reproducible_params(tmp_path):
 def test_rerun_counts_existing_trials_toward_the_target(tmp_path):
     spec = load_study_file(write_study(tmp_path, n_trials=3))
     stores = Stores(home=tmp_path)
-    runner.run(spec, stores=stores, n_workers=1, progress="off")
-    study = runner.run(spec, stores=stores, n_workers=1, n_trials=5, progress="off", resume=True)
+    driver.run(spec, stores=stores, n_workers=1, progress="off")
+    study = driver.run(spec, stores=stores, n_workers=1, n_trials=5, progress="off", resume=True)
     assert count(study, TrialState.COMPLETE) == 5
     assert [t.number for t in study.trials] == list(range(5))
 
@@ -94,19 +94,21 @@ def test_rerun_counts_existing_trials_toward_the_target(tmp_path):
 def test_mongo_run_and_stop_flag(tmp_path, mongo_uri, mongo_db_name):
     spec = load_study_file(write_study(tmp_path, n_trials=4))
     stores = Stores(mongo_uri, mongo_db_name, tmp_path)
-    study = runner.run(spec, stores=stores, n_workers=2, progress="off")
+    study = driver.run(spec, stores=stores, n_workers=2, progress="off")
     assert count(study, TrialState.COMPLETE) == 4
-    runner.request_stop(stores, "engine")
-    study = runner.run(spec, stores=stores, n_workers=2, n_trials=6, progress="off")
+    study_attrs.request_stop(stores, "engine")
+    study = driver.run(spec, stores=stores, n_workers=2, n_trials=6, progress="off")
     assert count(study, TrialState.COMPLETE) == 6, "a new run clears an earlier stop request"
 
 
 def test_worker_killed_mid_trial_is_failed_and_retried(tmp_path):
     marker = tmp_path / "killed-once"
-    body = (f"if fold.index == 1 and not os.path.exists({str(marker)!r}):\n"
-            f"        open({str(marker)!r}, 'w').close(); os.kill(os.getpid(), 9)")
+    body = (
+        f"if fold.index == 1 and not os.path.exists({str(marker)!r}):\n"
+        f"        open({str(marker)!r}, 'w').close(); os.kill(os.getpid(), 9)"
+    )
     spec = load_study_file(write_study(tmp_path, n_trials=5, body=body))
-    study = runner.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
+    study = driver.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
     assert marker.exists()
     assert count(study, TrialState.COMPLETE) == 5
     failed = study.get_trials(states=(TrialState.FAIL,))
@@ -119,7 +121,7 @@ def test_worker_killed_mid_trial_is_failed_and_retried(tmp_path):
 def test_user_error_fails_the_trial_with_its_message_and_the_study_goes_on(tmp_path):
     body = "if params['y'] % 2: raise ValueError('odd y is not allowed')"
     spec = load_study_file(write_study(tmp_path, n_trials=4, body=body))
-    study = runner.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
+    study = driver.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
     assert count(study, TrialState.COMPLETE) == 4
     for trial in study.get_trials(states=(TrialState.FAIL,)):
         assert trial.user_attrs["error_type"] == "ValueError"
@@ -128,10 +130,24 @@ def test_user_error_fails_the_trial_with_its_message_and_the_study_goes_on(tmp_p
 
 
 def _driver(tmp_path, study_file, *args):
-    command = [sys.executable, "-m", "tlsearch", "run", str(study_file), "--home", str(tmp_path / "home"),
-               "--workers", "2", "--progress", "log", "--no-report", *args]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "tlsearch",
+        "run",
+        str(study_file),
+        "--home",
+        str(tmp_path / "home"),
+        "--workers",
+        "2",
+        "--progress",
+        "log",
+        "--no-report",
+        *args,
+    ]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
 
 def _wait_for_complete(load, n, process, timeout=120):
@@ -160,14 +176,14 @@ def test_driver_killed_then_resumed_reaches_target(tmp_path, mongo_uri, mongo_db
     process = _driver(tmp_path, study_file, "--mongo", mongo_uri, "--database", mongo_db_name)
     stores = Stores(mongo_uri, mongo_db_name, tmp_path / "home", heartbeat_interval=1, grace_period=2)
     try:
-        _wait_for_complete(lambda: runner.load(stores, "engine"), 2, process)
+        _wait_for_complete(lambda: study_attrs.load(stores, "engine"), 2, process)
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
     finally:
         _kill_group(process)
-    left_running = [t.number for t in runner.load(stores, "engine").trials if t.state == TrialState.RUNNING]
+    left_running = [t.number for t in study_attrs.load(stores, "engine").trials if t.state == TrialState.RUNNING]
     time.sleep(2.5)  # past the grace period
-    study = runner.run(load_study_file(study_file), stores=stores, n_workers=2, progress="off", resume=True)
+    study = driver.run(load_study_file(study_file), stores=stores, n_workers=2, progress="off", resume=True)
     assert count(study, TrialState.COMPLETE) == 8
     for number in left_running:
         assert study.trials[number].state == TrialState.FAIL
@@ -180,7 +196,7 @@ def test_mongo_restart_mid_study_loses_and_duplicates_nothing(tmp_path, persiste
     process = _driver(tmp_path, study_file, "--mongo", uri)
     stores = Stores(uri, "tlsearch", tmp_path / "home")
     try:
-        _wait_for_complete(lambda: runner.load(stores, "engine"), 2, process)
+        _wait_for_complete(lambda: study_attrs.load(stores, "engine"), 2, process)
         persistent_mongo_server.restart()
         output, _ = process.communicate(timeout=180)
     finally:
@@ -196,17 +212,17 @@ def test_ctrl_c_finishes_running_trials_and_the_study_resumes(tmp_path):
     process = _driver(tmp_path, study_file)
     stores = Stores(home=tmp_path / "home")
     try:
-        _wait_for_complete(lambda: runner.load(stores, "engine"), 2, process)
+        _wait_for_complete(lambda: study_attrs.load(stores, "engine"), 2, process)
         process.send_signal(signal.SIGINT)
         output, _ = process.communicate(timeout=120)
     finally:
         _kill_group(process)
     assert process.returncode == 130, output  # EXIT_CODES[INTERRUPTED]
     assert "best trial" in output
-    study = runner.load(stores, "engine")
+    study = study_attrs.load(stores, "engine")
     assert count(study, TrialState.RUNNING) == 0
     assert count(study, TrialState.COMPLETE) < 10
-    study = runner.run(load_study_file(study_file), stores=stores, n_workers=2, progress="off", resume=True)
+    study = driver.run(load_study_file(study_file), stores=stores, n_workers=2, progress="off", resume=True)
     assert count(study, TrialState.COMPLETE) == 10
 
 
@@ -219,20 +235,20 @@ def test_local_store_with_remote_cluster_is_refused():
 def test_resume_of_a_missing_study_says_so(tmp_path):
     spec = load_study_file(write_study(tmp_path))
     with pytest.raises(TLSearchError, match="no study named 'engine'"):
-        runner.run(spec, stores=Stores(home=tmp_path), n_workers=1, progress="off", resume=True)
+        driver.run(spec, stores=Stores(home=tmp_path), n_workers=1, progress="off", resume=True)
 
 
 def test_kept_validation_predictions_are_trial_artifacts(tmp_path):
     study_file = tmp_path / "tree.py"
-    study_file.write_text('''
+    study_file.write_text("""
 import tlsearch
 from sklearn.tree import DecisionTreeClassifier
 study = tlsearch.StudySpec(name="kept", dataset="sklearn:iris", cv=3, n_trials=2, keep_predictions=True,
                            space=lambda trial: {"depth": trial.suggest_int("depth", 1, 4)},
                            model=tlsearch.SklearnModel(lambda p: DecisionTreeClassifier(max_depth=p["depth"])))
-''')
+""")
     stores = Stores(home=tmp_path / "home")
-    study = runner.run(load_study_file(study_file), stores=stores, n_workers=1, progress="off")
+    study = driver.run(load_study_file(study_file), stores=stores, n_workers=1, progress="off")
     from optuna.artifacts import download_artifact, get_all_artifact_meta
 
     for number, trial in enumerate(study.get_trials(states=(TrialState.COMPLETE,))):

@@ -22,29 +22,22 @@ from pathlib import Path
 
 import distributed
 import optuna
-from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
 
-from tlsearch import cluster, study_files
+from tlsearch import _optuna_compat as compat
+from tlsearch import cluster, spaces, study_attrs, study_files
+from tlsearch.config import DEFAULT_DATABASE
+from tlsearch.data import HostCache, ensure_dataset, fold_plan_for
+from tlsearch.driver_guards import DriverLock, Interrupts
 from tlsearch.errors import TLSearchError
 from tlsearch.progress import Progress
+from tlsearch.retries import fail_abandoned_trials, fail_and_retry
+from tlsearch.seeds import derive_seed
 from tlsearch.storage._slots import TrialSlots
 from tlsearch.stores import Stores, check_study_name
-from tlsearch.trial_task import TrialJob, TrialOutcome, pack_spec, run_trial, trial_seed
-
-try:
-    import fcntl
-except ImportError:  # Windows: no driver lock; abandoned trials of the embedded default stay RUNNING
-    fcntl = None  # type: ignore[assignment]
+from tlsearch.trial_task import TrialJob, TrialOutcome, pack_spec, run_trial
 
 log = logging.getLogger(__name__)
-
-# System attributes the driver keeps on each study (readable in the store; `tlsearch status` shows them).
-ATTR_DATASET_REF = "tlsearch:dataset_ref"
-ATTR_DATASET_HASH = "tlsearch:dataset_hash"
-ATTR_FOLD_PLAN = "tlsearch:fold_plan_hash"
-ATTR_STUDY_FILE = "tlsearch:study_file"
-ATTR_STOP = "tlsearch:stop_requested"
 
 _DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -58,8 +51,16 @@ NO_COMPLETE_TRIAL = "no trial completed"
 STOP_REQUESTED = "stopped by `tlsearch stop`"
 INTERRUPTED = "interrupted (Ctrl-C)"
 TERMINATED = "terminated (SIGTERM)"
-EXIT_CODES = {BUDGET_REACHED: 0, NOTHING_TO_DO: 0, TIMEOUT_REACHED: 0, CONSECUTIVE_FAILURES: 3, NO_COMPLETE_TRIAL: 4,
-              STOP_REQUESTED: 5, INTERRUPTED: 128 + signal.SIGINT, TERMINATED: 128 + signal.SIGTERM}
+EXIT_CODES = {
+    BUDGET_REACHED: 0,
+    NOTHING_TO_DO: 0,
+    TIMEOUT_REACHED: 0,
+    CONSECUTIVE_FAILURES: 3,
+    NO_COMPLETE_TRIAL: 4,
+    STOP_REQUESTED: 5,
+    INTERRUPTED: 128 + signal.SIGINT,
+    TERMINATED: 128 + signal.SIGTERM,
+}
 
 
 @dataclasses.dataclass
@@ -75,7 +76,9 @@ class RunResult:
         return EXIT_CODES[self.reason]
 
     def summary(self) -> str:
-        return f"run ended: {self.reason}" + (f" ({self.detail})" if self.detail else "") + f"; exit code {self.exit_code}"
+        return (
+            f"run ended: {self.reason}" + (f" ({self.detail})" if self.detail else "") + f"; exit code {self.exit_code}"
+        )
 
 
 def run(spec, **options) -> optuna.Study:
@@ -85,12 +88,25 @@ def run(spec, **options) -> optuna.Study:
     return drive(spec, **options).study
 
 
-def drive(spec, *, mongo: str | None = None, database: str = "tlsearch", home: str | os.PathLike | None = None,
-          stores: Stores | None = None, client: distributed.Client | None = None,
-          scheduler: str | None = None, n_workers: int | None = None, parallelism: int | None = None,
-          n_trials: int | None = None, timeout: float | None = None, name: str | None = None,
-          study_file: str | os.PathLike | None = None, progress: str = "auto",
-          resume: bool = False, security: distributed.Security | None = None) -> RunResult:
+def drive(
+    spec,
+    *,
+    mongo: str | None = None,
+    database: str = DEFAULT_DATABASE,
+    home: str | os.PathLike | None = None,
+    stores: Stores | None = None,
+    client: distributed.Client | None = None,
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    parallelism: int | None = None,
+    n_trials: int | None = None,
+    timeout: float | None = None,
+    name: str | None = None,
+    study_file: str | os.PathLike | None = None,
+    progress: str = "auto",
+    resume: bool = False,
+    security: distributed.Security | None = None,
+) -> RunResult:
     """`run`, returning why the run ended as well.
 
     The stores are MongoDB at `mongo` (default `$TLSEARCH_MONGO_URI`) or the embedded default under `home`;
@@ -101,8 +117,6 @@ def drive(spec, *, mongo: str | None = None, database: str = "tlsearch", home: s
     starting trials and waits for running ones; a second Ctrl-C fails them. Bad options raise before any
     study is created.
     """
-    from tlsearch import spaces
-
     _refuse_spawned_import()
     stores = stores or Stores.resolve(mongo, database, home)
     name = check_study_name(name or spec.name)
@@ -111,19 +125,20 @@ def drive(spec, *, mongo: str | None = None, database: str = "tlsearch", home: s
     _check_budget(n_trials, timeout, parallelism, n_workers if client is None and not scheduler else None)
     spaces.check_space(spec.space, name)
 
-    with _DriverLock(stores, name) as driver_lock, _Interrupts() as interrupts:
+    with DriverLock(stores, name) as driver_lock, Interrupts() as interrupts:
         study, created = _open_study(spec, stores, name, resume)
         with _deleted_if_start_fails(study, created):
             dataset_ref = _bind_study(study, spec, stores, study_file)
-            _fail_abandoned_trials(study, spec, all_running=driver_lock.alone)
+            fail_abandoned_trials(study, spec, all_running=driver_lock.alone)
             driver_lock.share()
             done = _count_done(study)
             if n_trials is not None and done >= n_trials:
                 return RunResult(study, NOTHING_TO_DO, f"{done}/{n_trials} trials finished")
             with cluster.connect(scheduler, n_workers, client, security) as dask_client:
                 cluster.check_stores_reachable(dask_client, stores)
-                dispatcher = _Dispatcher(study, spec, stores, dataset_ref, dask_client,
-                                         parallelism, n_trials, timeout, progress, interrupts)
+                dispatcher = _Dispatcher(
+                    study, spec, stores, dataset_ref, dask_client, parallelism, n_trials, timeout, progress, interrupts
+                )
                 return RunResult(study, *dispatcher.run())
 
 
@@ -131,10 +146,12 @@ def _check_budget(n_trials, timeout, parallelism, n_workers) -> None:
     """Refuse budgets and sizes that cannot run, before a study is created."""
     if n_trials is None and timeout is None:
         raise TLSearchError("give the study a budget: n_trials and/or timeout")
-    for option, value, low in (("n_trials (--n-trials)", n_trials, "at least 1"),
-                               ("parallelism (--parallelism)", parallelism, "at least 1"),
-                               ("n_workers (--workers)", n_workers, "at least 1"),
-                               ("timeout (--timeout)", timeout, "more than 0 seconds")):
+    for option, value, low in (
+        ("n_trials (--n-trials)", n_trials, "at least 1"),
+        ("parallelism (--parallelism)", parallelism, "at least 1"),
+        ("n_workers (--workers)", n_workers, "at least 1"),
+        ("timeout (--timeout)", timeout, "more than 0 seconds"),
+    ):
         if value is not None and (value < 1 if low == "at least 1" else value <= 0):
             raise TLSearchError(f"{option} must be {low}, got {value:g}")
 
@@ -145,62 +162,29 @@ def _refuse_spawned_import() -> None:
 
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         # SystemExit: the worker process ends with this one line, not a traceback per worker.
-        raise SystemExit('tlsearch: error: tlsearch.run was called while a worker process imported your script: '
-                         'put the call under `if __name__ == "__main__":`')
-
-
-def request_stop(stores: Stores, name: str) -> None:
-    """Ask every driver of study `name` to finish its running trials and start no new ones."""
-    study = load(stores, name)
-    study._storage.set_study_system_attr(study._study_id, ATTR_STOP, True)
-
-
-def load(stores: Stores, name: str, spec=None) -> optuna.Study:
-    """The study `name` from the study store, as a plain `optuna.Study` (with `spec`'s sampler and pruner)."""
-    try:
-        return optuna.load_study(study_name=name, storage=stores.study_storage(),
-                                 sampler=spec.sampler if spec else None, pruner=spec.pruner if spec else None)
-    except KeyError:
-        raise TLSearchError(f"no study named {name!r} in {stores.describe()}") from None
-
-
-def copy(source: Stores, target: Stores, name: str, to_name: str | None = None) -> optuna.Study:
-    """Copy study `name` from `source` into `target` (e.g. a local study into MongoDB), with its dataset and
-    fold plan, so it can be resumed there (`optuna.copy_study` copies the trials and attributes)."""
-    from tlsearch.data import HostCache
-
-    to_name = to_name or name
-    study = load(source, name)
-    attrs = system_attrs(study)
-    optuna.copy_study(from_study_name=name, from_storage=source.study_storage(),
-                      to_storage=target.study_storage(), to_study_name=to_name)
-    copied = load(target, to_name)
-    study_files.copy_record(source, target, name, to_name)
-    if ATTR_DATASET_REF in attrs:
-        dataset = HostCache().open(source.dataset_store(), attrs[ATTR_DATASET_REF])
-        info = target.dataset_store().push(dataset.info.name, dict(dataset.arrays), metadata=dataset.info.metadata,
-                                           new_version=True)
-        target.dataset_store().put_fold_plan(source.dataset_store().get_fold_plan(attrs[ATTR_FOLD_PLAN]))
-        copied._storage.set_study_system_attr(copied._study_id, ATTR_DATASET_REF, info.ref)
-    return copied
-
-
-def system_attrs(study: optuna.Study) -> dict:
-    """The study's system attributes (Optuna 5 keeps them in the storage only)."""
-    return study._storage.get_study_system_attrs(study._study_id)
+        raise SystemExit(
+            "tlsearch: error: tlsearch.run was called while a worker process imported your script: "
+            'put the call under `if __name__ == "__main__":`'
+        )
 
 
 def _open_study(spec, stores: Stores, name: str, resume: bool) -> tuple[optuna.Study, bool]:
     """Load the study, or create it unless `resume`; whether it was created now."""
     storage = stores.study_storage()
     if resume:
-        return load(stores, name, spec), False
+        return study_attrs.load(stores, name, spec), False
     existed = _study_exists(storage, name)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(max(verbosity, logging.WARNING))  # not Optuna's "A new study created" line
     try:
-        study = optuna.create_study(storage=storage, study_name=name, directions=list(spec.directions),
-                                    sampler=spec.sampler, pruner=spec.pruner, load_if_exists=True)
+        study = optuna.create_study(
+            storage=storage,
+            study_name=name,
+            directions=list(spec.directions),
+            sampler=spec.sampler,
+            pruner=spec.pruner,
+            load_if_exists=True,
+        )
     finally:
         optuna.logging.set_verbosity(verbosity)
     return study, not existed
@@ -214,7 +198,7 @@ def _deleted_if_start_fails(study: optuna.Study, created: bool):
     except BaseException:
         if created and not study.get_trials(deepcopy=False):
             with contextlib.suppress(KeyError):
-                study._storage.delete_study(study._study_id)
+                compat.storage_of(study).delete_study(compat.study_id(study))
         raise
 
 
@@ -228,149 +212,47 @@ def _study_exists(storage, name: str) -> bool:
 
 def _bind_study(study: optuna.Study, spec, stores: Stores, study_file) -> str:
     """Check the study's directions, bind it to its dataset and fold plan; the dataset's ref."""
-    from tlsearch.data import HostCache, ensure_dataset, fold_plan_for
-
-    storage, name, directions = study._storage, study.study_name, list(spec.directions)
+    name, directions = study.study_name, list(spec.directions)
     if [d.name.lower() for d in study.directions] != [str(d).lower() for d in directions]:
-        raise TLSearchError(f"study {name!r} optimizes {[d.name.lower() for d in study.directions]}, "
-                            f"but the study file says {directions}; use another --name")
+        raise TLSearchError(
+            f"study {name!r} optimizes {[d.name.lower() for d in study.directions]}, "
+            f"but the study file says {directions}; use another --name"
+        )
     store = stores.dataset_store()
     info = ensure_dataset(store, spec.dataset)
     dataset_ref = f"{info.name}@{info.version}"
-    attrs = system_attrs(study)
-    if ATTR_FOLD_PLAN not in attrs:
+    attrs = study_attrs.read(study)
+    if study_attrs.FOLD_PLAN not in attrs:
         dataset = HostCache().open(store, dataset_ref)
         plan = fold_plan_for(store, dataset, spec.cv)
-        for key, value in ((ATTR_DATASET_REF, dataset_ref), (ATTR_DATASET_HASH, info.hash),
-                           (ATTR_FOLD_PLAN, plan.hash)):
-            storage.set_study_system_attr(study._study_id, key, value)
+        for key, value in (
+            (study_attrs.DATASET_REF, dataset_ref),
+            (study_attrs.DATASET_HASH, info.hash),
+            (study_attrs.FOLD_PLAN, plan.hash),
+        ):
+            study_attrs.write(study, key, value)
     else:
-        if attrs[ATTR_DATASET_HASH] != info.hash:
+        if attrs[study_attrs.DATASET_HASH] != info.hash:
             raise TLSearchError(
-                f"study {name!r} was run on dataset {attrs[ATTR_DATASET_REF]} "
-                f"(sha256 {attrs[ATTR_DATASET_HASH][:12]}), but {spec.dataset!r} is now {dataset_ref} "
+                f"study {name!r} was run on dataset {attrs[study_attrs.DATASET_REF]} "
+                f"(sha256 {attrs[study_attrs.DATASET_HASH][:12]}), but {spec.dataset!r} is now {dataset_ref} "
                 f"(sha256 {info.hash[:12]}): name the original version in the study file "
-                f"(dataset={attrs[ATTR_DATASET_REF]!r}) or start a new study with --name")
-        store.get_fold_plan(attrs[ATTR_FOLD_PLAN]).check_matches(info, spec.cv)
-        dataset_ref = attrs[ATTR_DATASET_REF]
+                f"(dataset={attrs[study_attrs.DATASET_REF]!r}) or start a new study with --name"
+            )
+        store.get_fold_plan(attrs[study_attrs.FOLD_PLAN]).check_matches(info, spec.cv)
+        dataset_ref = attrs[study_attrs.DATASET_REF]
     with warnings.catch_warnings():  # experimental in Optuna 5; names the value in reports and the dashboard
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(list(spec.metric_names))
     if study_file is not None:
         study_files.remember(stores, name, study_file)  # what resume/refit run; the store's copy is a hint
-        storage.set_study_system_attr(study._study_id, ATTR_STUDY_FILE, str(Path(study_file).resolve()))
-    storage.set_study_system_attr(study._study_id, ATTR_STOP, False)
+        study_attrs.write(study, study_attrs.STUDY_FILE, str(Path(study_file).resolve()))
+    study_attrs.write(study, study_attrs.STOP, False)
     return dataset_ref
-
-
-class _DriverLock:
-    """Which drivers of a study are alive on this host (the embedded default has no heartbeats).
-
-    Every live driver holds a shared `flock` on the study's lock file. One that gets it exclusively at
-    start is alone: every RUNNING trial was left by a dead driver. It keeps the lock exclusive while it
-    fails them (no other driver starts a trial meanwhile), then shares it. MongoDB studies use heartbeats.
-    """
-
-    def __init__(self, stores: Stores, name: str) -> None:
-        self.alone = False
-        self._fd = None
-        if stores.is_local and fcntl is not None:
-            path = stores.home / "locks" / f"{name.replace('/', '_')}.lock"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-
-    def __enter__(self) -> _DriverLock:
-        if self._fd is not None:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self.alone = True
-            except BlockingIOError:
-                fcntl.flock(self._fd, fcntl.LOCK_SH)
-        return self
-
-    def share(self) -> None:
-        """Let other drivers join (a no-op unless this one was alone)."""
-        if self._fd is not None and self.alone:
-            fcntl.flock(self._fd, fcntl.LOCK_SH)
-
-    def __exit__(self, *exc) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the file releases its flock
-
-
-def _fail_abandoned_trials(study: optuna.Study, spec, all_running: bool = False) -> int:
-    """Fail trials left RUNNING by a driver that died (stale heartbeats; every RUNNING trial when
-    `all_running`), and queue their retries; how many there were."""
-    storage = study._storage
-    if all_running:
-        abandoned = [t._trial_id for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
-    elif _heartbeat_interval(storage):
-        abandoned = storage._get_stale_trial_ids(study._study_id)
-    else:
-        return 0
-    for trial_id in abandoned:
-        number = storage.get_trial_number_from_id(trial_id)
-        if _fail_and_retry(study, trial_id, {"error_type": "DriverLost",
-                                             "error_message": "the driver running this trial stopped"}, spec.retries):
-            log.warning("trial %d FAIL: DriverLost (its driver stopped); retry queued", number)
-    return len(abandoned)
-
-
-def _fail_and_retry(study: optuna.Study, trial_id: int, error: dict, retries: int) -> bool:
-    """Record why the trial failed, fail it (unless someone finished it first), give back its trial slot
-    and queue its retry; whether this call failed it."""
-    storage = study._storage
-    with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-        storage.set_trial_user_attrs(trial_id, error)
-    try:
-        if not storage.set_trial_state_values(trial_id, TrialState.FAIL):
-            return False
-    except optuna.exceptions.UpdateFinishedTrialError:
-        return False  # someone else finished or failed it first
-    TrialSlots(storage, study._study_id).release()
-    _queue_retry(study, storage.get_trial(trial_id), retries)
-    return True
 
 
 def _count_done(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=_DONE))
-
-
-class _Interrupts:
-    """Ctrl-C and SIGTERM while a driver runs: counted, not raised, so that no store write is cut in half.
-    (Only the main thread can catch signals; elsewhere Ctrl-C stays a KeyboardInterrupt.)"""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self.count = 0
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self) -> _Interrupts:
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._caught)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-    def _caught(self, signum, frame) -> None:
-        self.signum = self.signum or signum
-        self.count += 1
-
-
-def _queue_retry(study: optuna.Study, failed: optuna.trial.FrozenTrial, retries: int) -> None:
-    """Enqueue `failed`'s parameters again, up to `retries` times per original trial. The bookkeeping is
-    Optuna's RetryHeartbeatStaleTrialCallback's (system attrs `failed_trial`, `retry_history`), but the
-    failed attempt's user attributes (its error, partial fold scores) stay with it."""
-    history = [*failed.system_attrs.get("retry_history", []), failed.number]
-    if len(history) > retries:
-        return
-    system_attrs = {**failed.system_attrs, "failed_trial": failed.system_attrs.get("failed_trial", failed.number),
-                    "retry_history": history}
-    study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, params=failed.params,
-                                              distributions=failed.distributions, system_attrs=system_attrs))
 
 
 class _Dispatcher:
@@ -379,13 +261,15 @@ class _Dispatcher:
     def __init__(self, study, spec, stores, dataset_ref, client, parallelism, n_trials, timeout, progress, interrupts):
         self.study, self.spec, self.stores, self.client = study, spec, stores, client
         self.dataset_ref = dataset_ref
-        attrs = system_attrs(study)
-        self.dataset_hash, self.fold_plan_hash = attrs[ATTR_DATASET_HASH], attrs[ATTR_FOLD_PLAN]
+        attrs = study_attrs.read(study)
+        self.dataset_hash, self.fold_plan_hash = attrs[study_attrs.DATASET_HASH], attrs[study_attrs.FOLD_PLAN]
         self.n_trials, self.timeout, self.interrupts = n_trials, timeout, interrupts
-        self.parallelism = parallelism or max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
+        self.parallelism = parallelism or max(
+            1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
+        )
         self.running: dict[distributed.Future, tuple[int, int]] = {}  # future -> (trial_id, number)
         self.resources = cluster.trial_resources(client)
-        self.slots = TrialSlots(study._storage, study._study_id)
+        self.slots = TrialSlots(compat.storage_of(study), compat.study_id(study))
         self.stop_reason: str | None = None  # why the driver stopped starting trials, once it has
         self.end_detail = ""
         self.failed_in_a_row = 0
@@ -407,8 +291,10 @@ class _Dispatcher:
         client.register_plugin(cluster.DatasetPrefetch(self.stores, self.dataset_ref))
         self.spec_future = client.scatter(pack_spec(self.spec), broadcast=True)
         link = cluster.dashboard_link(client)
-        self.progress.note(f"study {self.study.study_name!r} in {self.stores.describe()}; "
-                           f"{self.parallelism} trials at a time" + (f"; Dask dashboard: {link}" if link else ""))
+        self.progress.note(
+            f"study {self.study.study_name!r} in {self.stores.describe()}; "
+            f"{self.parallelism} trials at a time" + (f"; Dask dashboard: {link}" if link else "")
+        )
         heartbeat = threading.Thread(target=self._heartbeat, name="tlsearch-heartbeat", daemon=True)
         heartbeat.start()
         started = next_stale_check = time.monotonic()
@@ -433,15 +319,19 @@ class _Dispatcher:
         finally:
             self._heartbeat_stop.set()
             if self.running:
-                self._abandon_running("interrupted by a second Ctrl-C" if self.interrupts.count >= 2
-                                      else "the driver stopped")
+                self._abandon_running(
+                    "interrupted by a second Ctrl-C" if self.interrupts.count >= 2 else "the driver stopped"
+                )
             self.progress.close()
         return self._end()
 
     def _end(self) -> tuple[str, str]:
         counts = Counter(t.state for t in self.study.get_trials(deepcopy=False))
-        finished = f"{counts[TrialState.COMPLETE] + counts[TrialState.PRUNED]}" + (
-            f"/{self.n_trials}" if self.n_trials else "") + " trials finished"
+        finished = (
+            f"{counts[TrialState.COMPLETE] + counts[TrialState.PRUNED]}"
+            + (f"/{self.n_trials}" if self.n_trials else "")
+            + " trials finished"
+        )
         detail = finished + (f"; {self.end_detail}" if self.end_detail else "")
         if self.interrupts.count and self.stop_reason not in (INTERRUPTED, TERMINATED):
             # both signals came while the driver waited for results, before _check_stop saw the first
@@ -450,15 +340,16 @@ class _Dispatcher:
             return self.stop_reason, detail
         if not counts[TrialState.COMPLETE]:
             return NO_COMPLETE_TRIAL, f"{detail}, {counts[TrialState.FAIL]} failed" + (
-                f"; last: {self.last_error}" if self.last_error else "")
+                f"; last: {self.last_error}" if self.last_error else ""
+            )
         return self.stop_reason or BUDGET_REACHED, detail
 
     def _check_stale(self) -> float:
         """Fail the trials of dead drivers; seconds until the next check (the heartbeat interval)."""
-        interval = _heartbeat_interval(self.study._storage)
+        interval = compat.heartbeat_interval(compat.storage_of(self.study))
         if not interval:
             return math.inf
-        _fail_abandoned_trials(self.study, self.spec)
+        fail_abandoned_trials(self.study, self.spec)
         return interval
 
     def _running_elsewhere(self) -> bool:
@@ -499,11 +390,14 @@ class _Dispatcher:
     def _check_stop(self, started: float) -> None:
         if self.interrupts.count:
             reason = INTERRUPTED if self.interrupts.signum == signal.SIGINT else TERMINATED
-            self._stop(reason, f"waiting for {len(self.running)} running trial(s)"
-                       + ("; Ctrl-C again to fail them now" if reason == INTERRUPTED else ""))
+            self._stop(
+                reason,
+                f"waiting for {len(self.running)} running trial(s)"
+                + ("; Ctrl-C again to fail them now" if reason == INTERRUPTED else ""),
+            )
         elif self.timeout is not None and time.monotonic() - started >= self.timeout:
             self._stop(TIMEOUT_REACHED, f"{self.timeout:g} s: finishing running trials")
-        elif system_attrs(self.study).get(ATTR_STOP):
+        elif study_attrs.read(self.study).get(study_attrs.STOP):
             self._stop(STOP_REQUESTED, "finishing running trials")
         elif self.failed_in_a_row >= max(10, 2 * self.parallelism):
             self.end_detail = f"last: {self.last_error}"
@@ -518,14 +412,27 @@ class _Dispatcher:
             # Optuna suggests Study.optimize for heartbeats; here the driver beats for every trial in flight.
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
             trial = self.study.ask()
-        job = TrialJob(self.stores, self.study.study_name, trial._trial_id, trial.number, self.dataset_ref,
-                       self.dataset_hash, self.fold_plan_hash,
-                       trial_seed(self.spec.seed, self.study.study_name, trial.number))
-        future = self.client.submit(run_trial, job, self.spec_future, key=f"trial-{self.study.study_name}-{trial.number}-{trial._trial_id}",
-                                    pure=False, resources=self.resources)
-        self.running[future] = (trial._trial_id, trial.number)
+        trial_id = compat.trial_id(trial)
+        job = TrialJob(
+            self.stores,
+            self.study.study_name,
+            trial_id,
+            self.dataset_ref,
+            self.dataset_hash,
+            self.fold_plan_hash,
+            derive_seed(self.spec.seed, self.study.study_name, trial.number, "sampler"),
+        )
+        future = self.client.submit(
+            run_trial,
+            job,
+            self.spec_future,
+            key=f"trial-{self.study.study_name}-{trial.number}-{trial_id}",
+            pure=False,
+            resources=self.resources,
+        )
+        self.running[future] = (trial_id, trial.number)
         self._finished.add(future)
-        self._beat(trial._trial_id)
+        self._beat(trial_id)
 
     def _next_finished(self, timeout: float) -> list[tuple[distributed.Future, object]]:
         """The (future, result) pairs of the tasks that finished, waiting up to `timeout` s for the first."""
@@ -541,16 +448,22 @@ class _Dispatcher:
             return trial_id, number, result
         # The task itself was lost: worker died, cancelled, unpicklable result.
         error = result[1] if isinstance(result, tuple) else result
-        return trial_id, number, TrialOutcome(
-            TrialState.FAIL, error={"error_type": "WorkerLost", "error_message": f"{type(error).__name__}: {error}"},
-            retryable=True)
+        return (
+            trial_id,
+            number,
+            TrialOutcome(
+                TrialState.FAIL,
+                error={"error_type": "WorkerLost", "error_message": f"{type(error).__name__}: {error}"},
+                retryable=True,
+            ),
+        )
 
     def _record(self, trial_id: int, number: int, outcome: TrialOutcome) -> None:
         """Tell the study how a trial ended (failing and re-queueing it if it failed)."""
         if outcome.state == TrialState.FAIL:
             self.failed_in_a_row += 1
             self.last_error = f"{outcome.error.get('error_type')}: {outcome.error.get('error_message')}"
-            _fail_and_retry(self.study, trial_id, outcome.error, self.spec.retries if outcome.retryable else 0)
+            fail_and_retry(self.study, trial_id, outcome.error, self.spec.retries if outcome.retryable else 0)
             self.progress.running = len(self.running)
             self.progress.finished(number, TrialState.FAIL, None, self.last_error)
             self.spec.run_callbacks(self.study, trial_id)
@@ -570,8 +483,9 @@ class _Dispatcher:
         running, self.running = self.running, {}
         for left, (future, (trial_id, number)) in enumerate(running.items(), 1):
             future.cancel()
-            _fail_and_retry(self.study, trial_id, {"error_type": "Interrupted", "error_message": reason},
-                            self.spec.retries)
+            fail_and_retry(
+                self.study, trial_id, {"error_type": "Interrupted", "error_message": reason}, self.spec.retries
+            )
             self.progress.running = len(running) - left
             self.progress.finished(number, TrialState.FAIL, None, f"Interrupted: {reason}")
 
@@ -583,19 +497,16 @@ class _Dispatcher:
         return None
 
     def _heartbeat(self) -> None:
-        interval = _heartbeat_interval(self.study._storage)
+        interval = compat.heartbeat_interval(compat.storage_of(self.study))
         while interval and not self._heartbeat_stop.wait(interval):
             for trial_id, _ in list(self.running.values()):
                 self._beat(trial_id)
 
     def _beat(self, trial_id: int) -> None:
-        if not _heartbeat_interval(self.study._storage):
+        storage = compat.storage_of(self.study)
+        if not compat.heartbeat_interval(storage):
             return
         try:
-            self.study._storage.record_heartbeat(trial_id)
+            storage.record_heartbeat(trial_id)
         except Exception as error:  # the server may be restarting; the next beat retries
             log.warning("heartbeat for trial %s failed: %s", trial_id, error)
-
-
-def _heartbeat_interval(storage) -> float | None:
-    return storage.get_heartbeat_interval() if isinstance(storage, BaseHeartbeat) else None

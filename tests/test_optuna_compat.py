@@ -1,0 +1,163 @@
+"""Each Optuna internal tlsearch relies on (all in tlsearch/_optuna_compat.py) still behaves as tlsearch expects:
+a new Optuna that changes one fails here, naming it. `.ci/run` runs this file against Optuna's latest release too.
+Also: plain Optuna reads the journal file tlsearch writes."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import time
+
+import numpy as np
+import optuna
+import pytest
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+# (module, name): every private import of the compatibility module.
+PRIVATE_IMPORTS = [
+    ("optuna.storages._heartbeat", "BaseHeartbeat"),
+    ("optuna.storages.journal._file", "BaseJournalFileLock"),
+    ("optuna.storages.journal._file", "get_lock_file"),
+    ("optuna.storages.journal._storage", "JournalOperation"),
+    ("optuna.samplers._lazy_random_state", "LazyRandomState"),
+    ("optuna.storages._base", "DEFAULT_STUDY_NAME_PREFIX"),
+    ("optuna.study._frozen", "FrozenStudy"),
+    ("optuna.artifacts._protocol", "ArtifactStore"),
+]
+
+
+@pytest.mark.parametrize("module, name", PRIVATE_IMPORTS, ids=[f"{m}.{n}" for m, n in PRIVATE_IMPORTS])
+def test_private_import_exists(module, name):
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        pytest.fail(
+            f"Optuna {optuna.__version__} no longer has {module}.{name} ({error}): see tlsearch/_optuna_compat.py"
+        )
+    assert value is not None
+
+
+def test_the_compat_module_imports():
+    from tlsearch import _optuna_compat
+
+    assert set(_optuna_compat.__all__) <= set(dir(_optuna_compat))
+
+
+def _journal(tmp_path):
+    from tlsearch.storage._journal import open_journal
+
+    return open_journal(str(tmp_path / "studies.journal"))
+
+
+def test_study_and_trial_ids_and_system_attrs(tmp_path):
+    from tlsearch import _optuna_compat as compat
+
+    storage = _journal(tmp_path)
+    study = optuna.create_study(storage=storage, study_name="ids")
+    assert compat.storage_of(study) is storage, "Study._storage"
+    assert compat.study_id(study) == storage.get_study_id_from_name("ids"), "Study._study_id"
+    trial = study.ask()
+    assert storage.get_trial(compat.trial_id(trial)).number == trial.number, "Trial._trial_id"
+    frozen = study.get_trials(deepcopy=False)[0]
+    assert compat.trial_id(frozen) == compat.trial_id(trial), "FrozenTrial._trial_id"
+    compat.set_study_system_attr(study, "tlsearch:x", 1)
+    assert compat.study_system_attrs(study)["tlsearch:x"] == 1
+
+
+def test_open_trial_reopens_a_trial_by_id(tmp_path):
+    """`optuna.Trial(study, trial_id)`: what a worker does with the trial the driver created."""
+    from tlsearch import _optuna_compat as compat
+
+    storage = _journal(tmp_path)
+    study = optuna.create_study(storage=storage, study_name="reopen")
+    created = study.ask()
+    reopened = compat.open_trial(optuna.load_study(study_name="reopen", storage=storage), compat.trial_id(created))
+    x = reopened.suggest_float("x", 0, 1)
+    reopened.report(0.5, 0)
+    frozen = storage.get_trial(compat.trial_id(created))
+    assert frozen.params == {"x": x} and frozen.intermediate_values == {0: 0.5}, "optuna.Trial(study, trial_id)"
+
+
+def test_heartbeat_interval_and_stale_trials(mongo_uri, mongo_db_name):
+    """MongoStorage implements `BaseHeartbeat._get_stale_trial_ids`; `fail_stale_trials` still calls it."""
+    from tlsearch import _optuna_compat as compat
+    from tlsearch.storage import MongoStorage
+
+    assert "_get_stale_trial_ids" in inspect.getsource(optuna.storages.fail_stale_trials), "_get_stale_trial_ids"
+    storage = MongoStorage(mongo_uri, mongo_db_name, heartbeat_interval=1, grace_period=1)
+    try:
+        assert compat.heartbeat_interval(storage) == 1, "BaseHeartbeat"
+        study = optuna.create_study(storage=storage, study_name="stale")
+        trial_id = compat.trial_id(study.ask())
+        storage.record_heartbeat(trial_id)
+        time.sleep(2.5)
+        assert compat.stale_trial_ids(storage, compat.study_id(study)) == [trial_id], "_get_stale_trial_ids"
+    finally:
+        storage.close()
+
+
+def test_journal_batch_append_replays(tmp_path):
+    """`JournalStorage._thread_lock`, `_replay_result.worker_id`, `_backend`, `_sync_with_backend`."""
+    from tlsearch import _optuna_compat as compat
+
+    storage = _journal(tmp_path)
+    study = optuna.create_study(storage=storage, study_name="batch")
+    trial_id = compat.trial_id(study.ask())
+    storage.set_trial_user_attrs(trial_id, {"a": 1, "b": [2, 3]})
+    storage.set_trial_intermediate_value_and_user_attrs(trial_id, 0, 0.25, {"c": "x"})
+    trial = storage.get_trial(trial_id)
+    assert trial.user_attrs == {"a": 1, "b": [2, 3], "c": "x"} and trial.intermediate_values == {0: 0.25}
+    assert compat.journal_file_path(storage) == str(tmp_path / "studies.journal"), "JournalStorage._backend"
+    for operation in ("SET_TRIAL_USER_ATTR", "SET_TRIAL_INTERMEDIATE_VALUE"):
+        assert hasattr(compat.JournalOperation, operation), f"JournalOperation.{operation}"
+
+
+def test_journal_lock_protocol():
+    from tlsearch import _optuna_compat as compat
+
+    assert {"acquire", "release"} <= set(vars(compat.BaseJournalFileLock)), "BaseJournalFileLock"
+    assert list(inspect.signature(compat.get_lock_file).parameters) == ["lock_obj"], "get_lock_file(lock_obj)"
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [optuna.samplers.TPESampler(seed=1), optuna.samplers.RandomSampler(seed=1), optuna.samplers.NSGAIISampler(seed=1)],
+    ids=lambda s: type(s).__name__,
+)
+def test_seeded_copies_draw_per_seed(sampler):
+    """`LazyRandomState` in a sampler's attributes: each seed its own draws, the same seed the same draws."""
+    from tlsearch import _optuna_compat as compat
+
+    def draws(seed):
+        study = optuna.create_study(sampler=compat.seeded_copy(sampler, seed))
+        return [study.ask().suggest_float("x", 0, 1) for _ in range(3)]
+
+    assert draws(1) == draws(1)
+    assert draws(1) != draws(2), f"seeding {type(sampler).__name__} through LazyRandomState had no effect"
+
+
+def test_plain_optuna_reads_the_journal_tlsearch_writes(tmp_path):
+    """The embedded default's study store is Optuna's journal format: plain Optuna opens it as is."""
+    from tlsearch import _optuna_compat as compat
+
+    storage = _journal(tmp_path)
+    study = optuna.create_study(storage=storage, study_name="plain", direction="maximize")
+    compat.set_study_system_attr(study, "tlsearch:dataset_ref", "iris@1")
+    for value in (0.25, 0.75):
+        trial = study.ask()
+        trial.suggest_float("x", 0, 1)
+        storage.set_trial_intermediate_value_and_user_attrs(
+            compat.trial_id(trial), 0, value, {"split0_test_score": value}
+        )
+        study.tell(trial, value)
+    plain = JournalStorage(JournalFileBackend(str(tmp_path / "studies.journal")))
+    loaded = optuna.load_study(study_name="plain", storage=plain)
+    assert [t.state for t in loaded.trials] == [TrialState.COMPLETE] * 2
+    assert loaded.best_value == 0.75 and loaded.best_trial.user_attrs == {"split0_test_score": 0.75}
+    assert loaded.best_trial.intermediate_values == {0: 0.75}
+    assert plain.get_study_system_attrs(loaded._study_id)["tlsearch:dataset_ref"] == "iris@1"
+    assert np.isclose(loaded.trials[0].value, 0.25)

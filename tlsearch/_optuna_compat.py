@@ -1,0 +1,159 @@
+"""The one place tlsearch touches Optuna's private API.
+
+Each use says why, and what replaces it if a new Optuna breaks it. tests/test_optuna_compat.py checks every
+name used here against the installed Optuna and fails naming the one that changed; `.ci/run` runs it against
+Optuna's latest release as well as the pinned one.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import optuna
+
+# The lazily created random state of Optuna's samplers, to seed a copy of a sampler the user built. Samplers
+# tlsearch builds itself come from a factory and a seed instead (`StudySpec.sampler_factory`). If it moves:
+# `sampler.reseed_rng()` (public, fresh entropy: the per-trial draws are then not reproducible).
+from optuna.samplers._lazy_random_state import LazyRandomState
+
+# A storage implementation needs these: the prefix of generated study names (`optuna.storages._base`; if it moves:
+# copy its value, "no-name-") and the study snapshot `get_all_studies` returns (`optuna.study._frozen`; no public
+# path). MongoStorage also implements `BaseHeartbeat._get_stale_trial_ids`, the abstract method heartbeats need.
+from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
+
+# Optuna's heartbeat base class (RDBStorage, GrpcStorageProxy, MongoStorage): the public
+# `optuna.storages.fail_stale_trials` checks the same. If it moves: `hasattr(storage, "record_heartbeat")`.
+from optuna.storages._heartbeat import BaseHeartbeat
+
+# The journal's file lock protocol, to queue writers in the kernel (QueuedJournalLock). If it moves: use
+# `optuna.storages.journal.JournalFileSymlinkLock` as is (slower under many concurrent writers).
+from optuna.storages.journal._file import BaseJournalFileLock, get_lock_file
+
+# The journal's operation codes, to write several operations in one append (batched user attributes).
+# If it moves: drop the batching and write through `storage.set_trial_user_attr` one at a time.
+from optuna.storages.journal._storage import JournalOperation
+from optuna.study._frozen import FrozenStudy
+
+if TYPE_CHECKING:  # the artifact store protocol, for annotations only (no public path)
+    pass
+
+__all__ = [
+    "BaseHeartbeat",
+    "BaseJournalFileLock",
+    "DEFAULT_STUDY_NAME_PREFIX",
+    "FrozenStudy",
+    "JournalOperation",
+    "LazyRandomState",
+    "append_journal_operations",
+    "get_lock_file",
+    "heartbeat_interval",
+    "journal_file_path",
+    "open_trial",
+    "replay_journal",
+    "seeded_copy",
+    "stale_trial_ids",
+    "storage_of",
+    "study_id",
+    "study_system_attrs",
+    "set_study_system_attr",
+    "trial_id",
+]
+
+
+def storage_of(study: optuna.Study) -> optuna.storages.BaseStorage:
+    """The study's storage. Optuna has no public accessor (`Study._storage`); the storage object the study was
+    opened with is the same one, so a caller may keep that instead if this breaks."""
+    return study._storage
+
+
+def study_id(study: optuna.Study) -> int:
+    """The study's id in its storage (`Study._study_id`). If it breaks:
+    `storage.get_study_id_from_name(study.study_name)` (one more round trip)."""
+    return study._study_id
+
+
+def trial_id(trial: optuna.Trial | optuna.trial.FrozenTrial) -> int:
+    """A trial's id in its storage (`Trial._trial_id`, `FrozenTrial._trial_id`); the storage API is keyed by it.
+    If it breaks: `storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)`."""
+    return trial._trial_id
+
+
+def study_system_attrs(study: optuna.Study) -> dict[str, Any]:
+    """The study's system attributes: Optuna 5 removed `Study.system_attrs`; the storage call is public."""
+    return storage_of(study).get_study_system_attrs(study_id(study))
+
+
+def set_study_system_attr(study: optuna.Study, key: str, value: Any) -> None:
+    """Set a study system attribute: Optuna 5 removed `Study.set_system_attr`; the storage call is public."""
+    storage_of(study).set_study_system_attr(study_id(study), key, value)
+
+
+def open_trial(study: optuna.Study, trial_id: int) -> optuna.Trial:
+    """The `optuna.Trial` of a trial the driver created (`study.ask()` in another process): Optuna documents no
+    way to reopen a trial by id, and `Trial(study, trial_id)` is what `ask` itself returns. If it breaks, the
+    worker could call `study.ask()` on a WAITING trial the driver enqueued instead."""
+    return optuna.Trial(study, trial_id)
+
+
+def heartbeat_interval(storage: optuna.storages.BaseStorage) -> float | None:
+    """Seconds between heartbeats, or None where the storage keeps none."""
+    return storage.get_heartbeat_interval() if isinstance(storage, BaseHeartbeat) else None
+
+
+def stale_trial_ids(storage: optuna.storages.BaseStorage, study_id: int) -> list[int]:
+    """RUNNING trials whose heartbeat stopped (`BaseHeartbeat._get_stale_trial_ids`). tlsearch fails them itself
+    rather than through `optuna.storages.fail_stale_trials`, because it records why (error user attributes)
+    before the trial is finished and can no longer take attributes. If it breaks: `fail_stale_trials` with a
+    `heartbeat_stale_trial_callback` that queues the retry (losing the `DriverLost` error attributes)."""
+    return storage._get_stale_trial_ids(study_id)
+
+
+def journal_file_path(storage: optuna.storages.JournalStorage) -> str:
+    """The file behind a journal storage (`JournalStorage._backend._file_path`), to keep a side file beside it.
+    If it breaks: pass the path along with the storage (tlsearch opens the journal by path)."""
+    return storage._backend._file_path
+
+
+def append_journal_operations(storage: optuna.storages.JournalStorage, operations: list[dict[str, Any]]) -> None:
+    """Append several journal operations in one locked, synced write, then replay them, as each public setter
+    does for one (`_thread_lock`, `_replay_result.worker_id`, `_backend`, `_sync_with_backend`). If it breaks:
+    drop the batching (call the public setters one by one)."""
+    with storage._thread_lock:
+        worker_id = storage._replay_result.worker_id
+        storage._backend.append_logs([{**operation, "worker_id": worker_id} for operation in operations])
+        storage._sync_with_backend()
+
+
+def replay_journal(storage: optuna.storages.JournalStorage) -> None:
+    """Replay the journal operations not yet applied (`JournalStorage._sync_with_backend`)."""
+    storage._sync_with_backend()
+
+
+def seeded_copy(sampler: optuna.samplers.BaseSampler, seed: int | None) -> optuna.samplers.BaseSampler:
+    """A copy of `sampler` whose random states are seeded with `seed` (fresh entropy when None): every worker
+    receives the same sampler object, and seeded copies on concurrent workers would draw identical parameters.
+    Optuna has no public way to seed an existing sampler (`reseed_rng()` takes no seed); the random states are
+    found among its attributes (`LazyRandomState`, NumPy's), its inner samplers seeded with `seed + 1`."""
+    sampler = copy.deepcopy(sampler)
+    if seed is None:
+        sampler.reseed_rng()
+    else:
+        _reseed(sampler, seed, seen=set())
+    return sampler
+
+
+def _reseed(obj, seed: int, seen: set[int]) -> None:
+    if id(obj) in seen or not hasattr(obj, "__dict__"):
+        return
+    seen.add(id(obj))
+    for name, value in vars(obj).items():
+        if isinstance(value, LazyRandomState):
+            value.rng.seed(seed)
+        elif isinstance(value, np.random.RandomState):
+            value.seed(seed)
+        elif isinstance(value, np.random.Generator):
+            setattr(obj, name, np.random.default_rng(seed))
+        elif isinstance(value, optuna.samplers.BaseSampler):
+            _reseed(value, seed + 1, seen)
