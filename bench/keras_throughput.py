@@ -81,6 +81,7 @@ def digits_folds(n_folds: int):
 
 # --- the loops a user writes by hand (run in a child process: `--child hand|warm`) ---------------------------
 
+
 def hand_trial(kind: str, x, y, folds, epochs: int, seed: int) -> float:
     import keras
 
@@ -134,8 +135,20 @@ def child(mode: str, kind: str, n_trials: int, n_folds: int, epochs: int) -> Non
 
 
 def run_child(mode: str, kind: str, args) -> dict:
-    command = [sys.executable, __file__, "--child", mode, "--models", kind, "--trials", str(args.trials),
-               "--folds", str(args.folds), "--epochs", str(args.epochs)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        mode,
+        "--models",
+        kind,
+        "--trials",
+        str(args.trials),
+        "--folds",
+        str(args.folds),
+        "--epochs",
+        str(args.epochs),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
     if result.returncode != 0:
         raise RuntimeError(f"{mode} {kind} failed:\n{result.stderr[-3000:]}")
@@ -144,15 +157,23 @@ def run_child(mode: str, kind: str, args) -> dict:
 
 # --- tlsearch -------------------------------------------------------------------------------------------------
 
+
 def study_spec(kind: str, n_trials: int, n_folds: int, epochs: int):
     import optuna
 
     import tlsearch
 
-    return tlsearch.StudySpec(name=f"throughput-{kind}", dataset="sklearn:digits", space={},
-                              model=tlsearch.KerasModel(BUILDERS[kind], epochs=epochs, batch_size=BATCH_SIZE),
-                              cv=n_folds, metric="accuracy", n_trials=n_trials,
-                              sampler=optuna.samplers.RandomSampler(seed=0), pruner=optuna.pruners.NopPruner())
+    return tlsearch.StudySpec(
+        name=f"throughput-{kind}",
+        dataset="sklearn:digits",
+        space={},
+        model=tlsearch.KerasModel(BUILDERS[kind], epochs=epochs, batch_size=BATCH_SIZE),
+        cv=n_folds,
+        metric="accuracy",
+        n_trials=n_trials,
+        sampler=optuna.samplers.RandomSampler(seed=0),
+        pruner=optuna.pruners.NopPruner(),
+    )
 
 
 def run_tlsearch(kind: str, args, home: Path) -> dict:
@@ -162,8 +183,12 @@ def run_tlsearch(kind: str, args, home: Path) -> dict:
 
     started = time.time()
     with CpuSampler() as sampler:
-        study = tlsearch.run(study_spec(kind, args.trials, args.folds, args.epochs), stores=Stores(home=home),
-                             n_workers=1, progress="off")
+        study = tlsearch.run(
+            study_spec(kind, args.trials, args.folds, args.epochs),
+            stores=Stores(home=home),
+            n_workers=1,
+            progress="off",
+        )
     trials = sorted(study.trials, key=lambda trial: trial.number)
     bad = [trial for trial in trials if trial.state.name != "COMPLETE"]
     if bad:
@@ -171,8 +196,12 @@ def run_tlsearch(kind: str, args, home: Path) -> dict:
     durations = [trial.duration.total_seconds() for trial in trials]
     ends = [trial.datetime_complete.timestamp() for trial in trials]
     cpu = [sampler.at(end) - sampler.at(begin) for begin, end in zip([started, *ends], ends)]
-    return {"durations": durations, "cpu": cpu, "scores": [trial.value for trial in trials],
-            "import_and_first": ends[0] - started}
+    return {
+        "durations": durations,
+        "cpu": cpu,
+        "scores": [trial.value for trial in trials],
+        "import_and_first": ends[0] - started,
+    }
 
 
 class CpuSampler:
@@ -212,6 +241,7 @@ class CpuSampler:
 
 # --- where a tlsearch trial's time goes --------------------------------------------------------------------------
 
+
 class Stopwatch:
     """Sums the time spent in wrapped functions, per label, into `totals` (replaced for each trial)."""
 
@@ -228,6 +258,7 @@ class Stopwatch:
                 return original(*args, **kwargs)
             finally:
                 self.totals[label] += time.perf_counter() - begun
+
         setattr(owner, name, timed)
 
 
@@ -256,6 +287,7 @@ def breakdown(kind: str, args, home: Path) -> dict[str, float]:
             return load_study(*a, **kw)
         finally:
             watch.totals["study load"] += time.perf_counter() - begun
+
     watch.wrap(trial_task, "_open_dataset", "data open")
     watch.wrap(trial_task, "_fold_plan", "data open")
     watch.wrap(_keras.KerasTrainer, "_build", "build + compile")
@@ -270,13 +302,26 @@ def breakdown(kind: str, args, home: Path) -> dict[str, float]:
             return fit(self, *a, **kw)
         finally:
             watch.fits.append(time.perf_counter() - begun)
+
     keras.Model.fit, optuna.load_study = timed_fit, new_trial
     try:
-        with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
-                                      host="127.0.0.1", dashboard_address=None) as local, \
-                distributed.Client(local) as client:
-            study = tlsearch.run(study_spec(kind, args.trials, args.folds, args.epochs), stores=Stores(home=home),
-                                 client=client, progress="off")
+        with (
+            distributed.LocalCluster(
+                n_workers=1,
+                threads_per_worker=1,
+                processes=False,
+                protocol="tcp",
+                host="127.0.0.1",
+                dashboard_address=None,
+            ) as local,
+            distributed.Client(local) as client,
+        ):
+            study = tlsearch.run(
+                study_spec(kind, args.trials, args.folds, args.epochs),
+                stores=Stores(home=home),
+                client=client,
+                progress="off",
+            )
     finally:
         keras.Model.fit, optuna.load_study = fit, load_study
     durations = [trial.duration.total_seconds() for trial in sorted(study.trials, key=lambda t: t.number)]
@@ -294,6 +339,7 @@ def breakdown(kind: str, args, home: Path) -> dict[str, float]:
 
 # --- the tables ---------------------------------------------------------------------------------------------------
 
+
 def summary(figures: dict) -> tuple[float, float, float]:
     durations = figures["durations"]
     later = durations[1:] or durations
@@ -301,22 +347,28 @@ def summary(figures: dict) -> tuple[float, float, float]:
 
 
 def print_table(kind: str, rows: dict[str, dict], args) -> None:
-    print(f"\n{kind}: digits, {args.folds} folds x {args.epochs} epochs, batch {BATCH_SIZE}, "
-          f"{args.trials} trials each (median of trials 2..{args.trials})")
+    print(
+        f"\n{kind}: digits, {args.folds} folds x {args.epochs} epochs, batch {BATCH_SIZE}, "
+        f"{args.trials} trials each (median of trials 2..{args.trials})"
+    )
     print(f"{'':10} {'s/trial':>8} {'CPU s/trial':>12} {'first trial':>12} {'start->1st end':>15} {'mean score':>11}")
     medians, cpu = {}, {}
     for name, figures in rows.items():
         median, first, latency = summary(figures)
         medians[name], cpu[name] = median, statistics.median(figures["cpu"][1:] or figures["cpu"])
-        print(f"{name:10} {median:8.2f} {cpu[name]:12.2f} {first:12.2f} {latency:15.2f} "
-              f"{np.mean(figures['scores']):11.4f}")
+        print(
+            f"{name:10} {median:8.2f} {cpu[name]:12.2f} {first:12.2f} {latency:15.2f} "
+            f"{np.mean(figures['scores']):11.4f}"
+        )
     if "tlsearch" in medians:
         ours = medians["tlsearch"]
         first = rows["tlsearch"]["durations"][0]
         for name in ("hand", "warm raw"):
             if name in medians:
-                print(f"tlsearch / {name}: {ours / medians[name]:.2f}x the time a trial, "
-                      f"{cpu['tlsearch'] / cpu[name]:.2f}x the CPU (the CPU ratio holds on a busy machine)")
+                print(
+                    f"tlsearch / {name}: {ours / medians[name]:.2f}x the time a trial, "
+                    f"{cpu['tlsearch'] / cpu[name]:.2f}x the CPU (the CPU ratio holds on a busy machine)"
+                )
         print(f"tlsearch first trial / later trial: {first / ours:.2f}x")
         print("targets: tlsearch/hand <= 0.67, tlsearch/warm raw <= 1.2, first/later <= 2")
 

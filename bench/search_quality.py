@@ -38,12 +38,12 @@ import math
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import optuna
@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from tlsearch import cv  # noqa: E402
 from tlsearch.pruners import KFoldPruner  # noqa: E402
-from tlsearch.study import CustomLoop, KerasModel, SklearnModel, StudySpec  # noqa: E402
+from tlsearch.study import CustomLoop, SklearnModel, StudySpec  # noqa: E402
 
 OLD_PRUNER_COMMIT = "014f684"
 REACH = 0.005  # "within 0.5% of the best known"
@@ -62,8 +62,13 @@ REEVALUATIONS = 3
 
 def old_kfold_pruner() -> optuna.pruners.BasePruner:
     """The KFoldPruner as it was before issue 15, loaded from git so the comparison stays exact."""
-    source = subprocess.run(["git", "show", f"{OLD_PRUNER_COMMIT}:tlsearch/pruners.py"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{OLD_PRUNER_COMMIT}:tlsearch/pruners.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     spec = importlib.util.spec_from_loader("old_pruners", loader=None)
     module = importlib.util.module_from_spec(spec)
     exec(compile(source, f"{OLD_PRUNER_COMMIT}:tlsearch/pruners.py", "exec"), module.__dict__)
@@ -125,9 +130,17 @@ def synthetic_fold(params: dict, fold, report) -> float:
 
 def synthetic_study() -> Study:
     def make_spec(seed, pruner, splitter):
-        return StudySpec(name="synthetic", dataset="synthetic", space=synthetic_space,
-                         model=CustomLoop(synthetic_fold), cv=splitter or 5, direction="maximize",
-                         sampler=optuna.samplers.TPESampler(seed=seed), pruner=pruner, seed=seed)
+        return StudySpec(
+            name="synthetic",
+            dataset="synthetic",
+            space=synthetic_space,
+            model=CustomLoop(synthetic_fold),
+            cv=splitter or 5,
+            direction="maximize",
+            sampler=optuna.samplers.TPESampler(seed=seed),
+            pruner=pruner,
+            seed=seed,
+        )
 
     rows = np.arange(100, dtype=float).reshape(-1, 1)
     return Study("synthetic", make_spec, {"X": rows, "y": rows[:, 0]}, 5, truth=synthetic_truth)
@@ -142,10 +155,17 @@ def gboost_study() -> Study:
         return gradient_boosting(trial, max_iter=(10, 200))
 
     def make_spec(seed, pruner, splitter):
-        return StudySpec(name="gboost", dataset="breast_cancer", space=space,
-                         model=SklearnModel(lambda params: make_gradient_boosting(params, random_state=None)),
-                         cv=splitter or 5, metric="accuracy", sampler=optuna.samplers.TPESampler(seed=seed),
-                         pruner=pruner, seed=seed)
+        return StudySpec(
+            name="gboost",
+            dataset="breast_cancer",
+            space=space,
+            model=SklearnModel(lambda params: make_gradient_boosting(params, random_state=None)),
+            cv=splitter or 5,
+            metric="accuracy",
+            sampler=optuna.samplers.TPESampler(seed=seed),
+            pruner=pruner,
+            seed=seed,
+        )
 
     X, y = load_breast_cancer(return_X_y=True)
     return Study("gboost", make_spec, {"X": X, "y": y}, 5, cheap=False)
@@ -159,9 +179,17 @@ def keras_study(study_file: str, n_folds: int, cheap: bool) -> Study:
     base = load_study_file(ROOT / "studies" / study_file)
 
     def make_spec(seed, pruner, splitter):
-        return StudySpec(name=base.name, dataset=base.dataset, space=base.space, model=base.model,
-                         cv=splitter or n_folds, metric="accuracy",
-                         sampler=optuna.samplers.TPESampler(seed=seed), pruner=pruner, seed=seed)
+        return StudySpec(
+            name=base.name,
+            dataset=base.dataset,
+            space=base.space,
+            model=base.model,
+            cv=splitter or n_folds,
+            metric="accuracy",
+            sampler=optuna.samplers.TPESampler(seed=seed),
+            pruner=pruner,
+            seed=seed,
+        )
 
     X, y = load_digits(return_X_y=True)
     return Study(base.name, make_spec, {"X": X.astype("float32"), "y": y}, n_folds, cheap=cheap)
@@ -254,24 +282,30 @@ def summarise(study: Study, runs: dict[str, list[Search]], reevaluate: Reevaluat
                 for _, params in done.picks:
                     reevaluate(params)
     final_scores = {name: [reevaluate(done.picks[-1][1]) for done in searches] for name, searches in runs.items()}
-    best_known = max(reevaluate.cache.values()) if study.truth is None else synthetic_truth(
-        {**{f"x{i}": c for i, c in enumerate(SYNTHETIC_CENTRE)}, "kind": "a"})
+    best_known = (
+        max(reevaluate.cache.values())
+        if study.truth is None
+        else synthetic_truth({**{f"x{i}": c for i, c in enumerate(SYNTHETIC_CENTRE)}, "kind": "a"})
+    )
     rows = []
     for name, searches in runs.items():
         scores = final_scores[name]
         reach = [_compute_to_reach(done, reevaluate, best_known) for done in searches] if study.cheap else None
-        rows.append({
-            "study": study.name, "strategy": name,
-            "folds": statistics.mean(d.folds for d in searches),
-            "fold_epochs": statistics.mean(d.fold_epochs for d in searches),
-            "cpu": statistics.mean(d.cpu_seconds for d in searches),
-            "trials": statistics.mean(d.trials for d in searches),
-            "pruned": statistics.mean(d.pruned / d.trials for d in searches),
-            "score": statistics.mean(scores),
-            "regret": statistics.mean(best_known - score for score in scores),
-            "regrets": [best_known - score for score in scores],
-            "reach": reach,
-        })
+        rows.append(
+            {
+                "study": study.name,
+                "strategy": name,
+                "folds": statistics.mean(d.folds for d in searches),
+                "fold_epochs": statistics.mean(d.fold_epochs for d in searches),
+                "cpu": statistics.mean(d.cpu_seconds for d in searches),
+                "trials": statistics.mean(d.trials for d in searches),
+                "pruned": statistics.mean(d.pruned / d.trials for d in searches),
+                "score": statistics.mean(scores),
+                "regret": statistics.mean(best_known - score for score in scores),
+                "regrets": [best_known - score for score in scores],
+                "reach": reach,
+            }
+        )
     return rows
 
 
@@ -284,8 +318,10 @@ def _compute_to_reach(done: Search, reevaluate: Reevaluator, best_known: float) 
 
 def print_table(rows: list[dict]) -> None:
     print()
-    print(f"{'study':10} {'strategy':18} {'trials':>6} {'pruned':>6} {'folds':>6} {'fold-ep':>7} {'CPU s':>7} "
-          f"{'re-eval':>8} {'regret':>8} {'regret/none':>11} {'reach 0.5%':>10} {'seeds reached':>13}")
+    print(
+        f"{'study':10} {'strategy':18} {'trials':>6} {'pruned':>6} {'folds':>6} {'fold-ep':>7} {'CPU s':>7} "
+        f"{'re-eval':>8} {'regret':>8} {'regret/none':>11} {'reach 0.5%':>10} {'seeds reached':>13}"
+    )
     for row in rows:
         base = next(r for r in rows if r["study"] == row["study"] and r["strategy"] == "no pruning")
         ratio = row["regret"] / base["regret"] if base["regret"] > 0 else float("nan")
@@ -293,12 +329,16 @@ def print_table(rows: list[dict]) -> None:
         reached = [spent for spent in reach if spent is not None] if reach is not None else []
         reach_text = f"{statistics.mean(reached):10.0f}" if reached else f"{'-':>10}"
         seeds_text = f"{len(reached)}/{len(reach)}" if reach is not None else "-"
-        print(f"{row['study']:10} {row['strategy']:18} {row['trials']:6.1f} {row['pruned']:6.0%} "
-              f"{row['folds']:6.0f} {row['fold_epochs']:7.0f} {row['cpu']:7.1f} {row['score']:8.4f} "
-              f"{row['regret']:8.4f} {ratio:11.2f} {reach_text} {seeds_text:>13}")
-    print("(means over seeds; compute budget equal per study: pruning strategies run more trials; 'regret/none' is "
-          "the regret's ratio to no pruning; 'reach 0.5%': folds spent when the pick was first within 0.5% of the "
-          "best known, over the seeds that got there)")
+        print(
+            f"{row['study']:10} {row['strategy']:18} {row['trials']:6.1f} {row['pruned']:6.0%} "
+            f"{row['folds']:6.0f} {row['fold_epochs']:7.0f} {row['cpu']:7.1f} {row['score']:8.4f} "
+            f"{row['regret']:8.4f} {ratio:11.2f} {reach_text} {seeds_text:>13}"
+        )
+    print(
+        "(means over seeds; compute budget equal per study: pruning strategies run more trials; 'regret/none' is "
+        "the regret's ratio to no pruning; 'reach 0.5%': folds spent when the pick was first within 0.5% of the "
+        "best known, over the seeds that got there)"
+    )
 
 
 # ---------------------------------------------------------------- main
@@ -337,17 +377,24 @@ def main(argv: list[str] | None = None) -> None:
         n_trials, n_seeds = PLANS[name][1 if args.quick else 0]
         n_trials, n_seeds = args.trials or n_trials, args.seeds or n_seeds
         budget = n_trials * study.n_folds
-        chosen = {key: make for key, make in strategies(study.n_folds).items()
-                  if not args.strategies or key in args.strategies or key == "no pruning"}
-        print(f"{name}: budget {budget} folds ({n_trials} trials x {study.n_folds} folds), {n_seeds} seed(s)",
-              flush=True)
+        chosen = {
+            key: make
+            for key, make in strategies(study.n_folds).items()
+            if not args.strategies or key in args.strategies or key == "no pruning"
+        }
+        print(
+            f"{name}: budget {budget} folds ({n_trials} trials x {study.n_folds} folds), {n_seeds} seed(s)", flush=True
+        )
         runs: dict[str, list[Search]] = {key: [] for key in chosen}
         for seed in range(n_seeds):
             for key, make_pruner in chosen.items():
                 done = search(study, make_pruner, seed, budget)
                 runs[key].append(done)
-                print(f"  seed {seed} {key:18} trials {done.trials:3d} pruned {done.pruned:3d} folds {done.folds:4d} "
-                      f"CPU {done.cpu_seconds:6.1f} s", flush=True)
+                print(
+                    f"  seed {seed} {key:18} trials {done.trials:3d} pruned {done.pruned:3d} folds {done.folds:4d} "
+                    f"CPU {done.cpu_seconds:6.1f} s",
+                    flush=True,
+                )
         rows += summarise(study, runs, Reevaluator(study))
         if len(args.studies) > 1:
             print_table([row for row in rows if row["study"] == name])  # a study's figures as soon as it ends

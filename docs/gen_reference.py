@@ -71,6 +71,7 @@ def render_page(problems: list[str]) -> str:
 
 # ---- the Python API -------------------------------------------------------------------------------------------
 
+
 def python_api_sections(problems: list[str]) -> list[tuple[str, list[str]]]:
     """(name, markdown lines) for each public name of `tlsearch`, in `__all__` order."""
     import tlsearch
@@ -195,13 +196,15 @@ def code_block(language: str, text: str) -> list[str]:
 
 # ---- the commands -----------------------------------------------------------------------------------------------
 
+
 def command_sections(problems: list[str]) -> list[tuple[str, list[str]]]:
     """(command line, markdown lines) for the top-level command and every subcommand, depth first."""
     try:
         parser = find_parser()
     except Exception as error:
-        problems.append(f"{CLI_MODULE}: no argparse parser found ({type(error).__name__}: {error}); "
-                        f"only `{PROG} --help` is shown")
+        problems.append(
+            f"{CLI_MODULE}: no argparse parser found ({type(error).__name__}: {error}); only `{PROG} --help` is shown"
+        )
         return [(PROG, [f"### `{PROG}`", "", *code_block("text", help_from_subprocess()), ""])]
     return list(walk(parser, PROG))
 
@@ -213,8 +216,10 @@ def find_parser() -> argparse.ArgumentParser:
     for candidate in candidates:
         if not inspect.isfunction(candidate):
             continue
-        if any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-               for p in inspect.signature(candidate).parameters.values()):
+        if any(
+            p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            for p in inspect.signature(candidate).parameters.values()
+        ):
             continue
         parser = candidate()
         if isinstance(parser, argparse.ArgumentParser) and any(subcommands(parser)):
@@ -240,8 +245,13 @@ def walk(parser: argparse.ArgumentParser, command: str):
 
 
 def help_from_subprocess() -> str:
-    result = subprocess.run([sys.executable, "-m", CLI_MODULE.split(".")[0], "--help"], capture_output=True,
-                            text=True, cwd=ROOT, env={**os.environ, "COLUMNS": HELP_WIDTH})
+    result = subprocess.run(
+        [sys.executable, "-m", CLI_MODULE.split(".")[0], "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": HELP_WIDTH},
+    )
     return (result.stdout or result.stderr).rstrip()
 
 

@@ -59,9 +59,19 @@ class SingleNodeSlurm:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o600)
         pid_file = self.folder / "munged.pid"
-        subprocess.run([_binary("munged"), "--force", f"--key-file={key}", f"--socket={self._munge_socket}",
-                        f"--pid-file={pid_file}", f"--log-file={self.folder / 'log' / 'munged.log'}",
-                        f"--seed-file={self.folder / 'munged.seed'}"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                _binary("munged"),
+                "--force",
+                f"--key-file={key}",
+                f"--socket={self._munge_socket}",
+                f"--pid-file={pid_file}",
+                f"--log-file={self.folder / 'log' / 'munged.log'}",
+                f"--seed-file={self.folder / 'munged.seed'}",
+            ],
+            check=True,
+            capture_output=True,
+        )
         self._pid_files.append(pid_file)
 
     @property
@@ -71,18 +81,35 @@ class SingleNodeSlurm:
     def _config(self) -> str:
         d, host = self.folder, socket.gethostname()
         self._pid_files += [d / "slurmctld.pid", d / "slurmd.pid"]
-        return "\n".join([
-            "ClusterName=tlsearch-test", f"SlurmctldHost={host}(127.0.0.1)",
-            f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
-            "SlurmUser=root", "SlurmdUser=root",
-            "AuthType=auth/munge", "CryptoType=crypto/munge", f"AuthInfo=socket={self._munge_socket}",
-            f"StateSaveLocation={d / 'state'}", f"SlurmdSpoolDir={d / 'spool'}",
-            f"SlurmctldPidFile={d / 'slurmctld.pid'}", f"SlurmdPidFile={d / 'slurmd.pid'}",
-            f"SlurmctldLogFile={d / 'log' / 'slurmctld.log'}", f"SlurmdLogFile={d / 'log' / 'slurmd.log'}",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
-            "MpiDefault=none", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "ReturnToService=2",
-            f"NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} RealMemory={_memory_mb()} State=UNKNOWN",
-            "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES", ""])
+        return "\n".join(
+            [
+                "ClusterName=tlsearch-test",
+                f"SlurmctldHost={host}(127.0.0.1)",
+                f"SlurmctldPort={_free_port()}",
+                f"SlurmdPort={_free_port()}",
+                "SlurmUser=root",
+                "SlurmdUser=root",
+                "AuthType=auth/munge",
+                "CryptoType=crypto/munge",
+                f"AuthInfo=socket={self._munge_socket}",
+                f"StateSaveLocation={d / 'state'}",
+                f"SlurmdSpoolDir={d / 'spool'}",
+                f"SlurmctldPidFile={d / 'slurmctld.pid'}",
+                f"SlurmdPidFile={d / 'slurmd.pid'}",
+                f"SlurmctldLogFile={d / 'log' / 'slurmctld.log'}",
+                f"SlurmdLogFile={d / 'log' / 'slurmd.log'}",
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "JobAcctGatherType=jobacct_gather/none",
+                "MpiDefault=none",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_Core",
+                "ReturnToService=2",
+                f"NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} RealMemory={_memory_mb()} State=UNKNOWN",
+                "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES",
+                "",
+            ]
+        )
 
     def _wait_until_idle(self, env: dict, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

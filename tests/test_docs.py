@@ -10,8 +10,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "docs" / script), *args], capture_output=True, text=True,
-                          cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "docs" / script), *args], capture_output=True, text=True, cwd=ROOT
+    )
 
 
 def test_every_relative_link_and_anchor_resolves():

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 from optuna.trial import TrialState
+from tests.test_runner import write_study
 
 import tlsearch
 from tests import slurm_cluster
-from tests.test_runner import write_study
 from tlsearch.study import load_study_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -39,9 +39,16 @@ def test_workers_submitted_through_dask_jobqueue_run_a_study(tmp_path, slurm):
     logs = tmp_path / "jobs"
     logs.mkdir()
     cluster = dask_jobqueue.SLURMCluster(
-        cores=1, processes=1, memory="1GB", walltime="00:10:00", python=sys.executable,
-        scheduler_options={"host": "127.0.0.1"}, worker_extra_args=["--host", "127.0.0.1"],
-        local_directory=str(tmp_path / "dask"), log_directory=str(logs))
+        cores=1,
+        processes=1,
+        memory="1GB",
+        walltime="00:10:00",
+        python=sys.executable,
+        scheduler_options={"host": "127.0.0.1"},
+        worker_extra_args=["--host", "127.0.0.1"],
+        local_directory=str(tmp_path / "dask"),
+        log_directory=str(logs),
+    )
     with cluster, Client(cluster) as client:
         cluster.scale(jobs=2)
         client.wait_for_workers(1, timeout=180)
