@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from optuna.trial import TrialState
-from tests.test_runner import write_study
+from tests.test_driver import write_study
 
 import tlsearch
 from tests import slurm_cluster
