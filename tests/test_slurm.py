@@ -11,10 +11,10 @@ import sys
 
 import pytest
 from optuna.trial import TrialState
-from tests.test_driver import write_study
 
 import tlsearch
 from tests import slurm_cluster
+from tests.test_driver import write_study
 from tlsearch.study import load_study_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
