@@ -17,7 +17,7 @@ import time
 import pytest
 from optuna.trial import TrialState
 
-from tests.test_driver import _kill_group, _wait_for_complete, count, write_study
+from tests.test_driver import _driver, _kill_group, _wait_for_complete, count, write_study
 from tlsearch import cli, driver, study_attrs
 from tlsearch.errors import TLSearchError
 from tlsearch.stores import Stores
@@ -40,27 +40,6 @@ def main():
 {guard}
     main()
 """
-
-
-def _cli(tmp_path, study_file, *args):
-    command = [
-        sys.executable,
-        "-m",
-        "tlsearch",
-        "run",
-        str(study_file),
-        "--home",
-        str(tmp_path / "home"),
-        "--workers",
-        "2",
-        "--progress",
-        "log",
-        "--no-report",
-        *args,
-    ]
-    return subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
 
 
 def _script(tmp_path, study_file, mongo="", database="tlsearch", guard='if __name__ == "__main__":'):
@@ -86,7 +65,7 @@ def _wait_for_running(load, process, timeout=120):
 @pytest.mark.parametrize("signum, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_to_the_process_group_lets_running_trials_complete(tmp_path, signum, exit_code):
     study_file = write_study(tmp_path, n_trials=20, sleep=0.5)
-    process = _cli(tmp_path, study_file)
+    process = _driver(tmp_path, study_file)
     stores = Stores(home=tmp_path / "home")
     try:
         _wait_for_complete(lambda: study_attrs.load(stores, "engine"), 1, process)
@@ -107,7 +86,7 @@ def test_signal_to_the_process_group_lets_running_trials_complete(tmp_path, sign
 
 def test_second_ctrl_c_fails_running_trials_as_interrupted_and_queues_retries(tmp_path):
     study_file = write_study(tmp_path, n_trials=20, sleep=3)
-    process = _cli(tmp_path, study_file)
+    process = _driver(tmp_path, study_file)
     stores = Stores(home=tmp_path / "home")
     try:
         _wait_for_running(lambda: study_attrs.load(stores, "engine"), process)
