@@ -249,7 +249,7 @@ def test_study_with_only_pruned_trials_shows_their_fold_values(tmp_path):
     study = _pruned_only_study()
     page = _write(study, tmp_path)
     assert "No completed trials yet" in page
-    assert _h2(page) == ["Timeline", "Intermediate values per fold"]
+    assert _h2(page) == ["Pruned trials", "Timeline", "Intermediate values per fold"]
     assert "Pruned (last reported value)" in page
     _assert_self_contained(page)
 

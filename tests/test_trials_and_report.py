@@ -148,7 +148,7 @@ def test_report_of_a_run_shows_failures_timeline_pruned_trials_hashes_and_metric
     assert "balanced_accuracy (maximize)" in page
 
     headings = re.findall(r"<h2>(.*?)</h2>", page)
-    assert headings[:3] == ["Failures", "Timeline", "Optimisation history"]
+    assert headings[:4] == ["Failures", "Pruned trials", "Timeline", "Optimisation history"]
     failed = [t.number for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
     failures = page[page.index('<section id="failures">') : page.index('<section id="timeline">')]
     assert f"<td>ValueError</td><td>{len(failed)}</td>" in failures
