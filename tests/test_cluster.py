@@ -62,12 +62,7 @@ def test_worker_command_joins_a_scheduler_and_runs_trials(tmp_path):
                 progress="off",
             )
         finally:
-            os.killpg(worker.pid, signal.SIGINT)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait()
+            _stop(worker)
     assert "starting 1 worker(s) on CPU" in worker.stdout.read()
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 4
 
@@ -124,12 +119,7 @@ def test_worker_and_driver_find_the_scheduler_through_its_scheduler_file(tmp_pat
                 + ["--progress", "off", "--no-report"]
             )
         finally:
-            os.killpg(worker.pid, signal.SIGINT)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait()
+            _stop(worker)
     assert code == 0
     study = study_attrs.load(Stores(home=tmp_path / "home"), "on-workers")
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 4
@@ -142,3 +132,13 @@ def test_a_scheduler_file_without_an_address_is_one_clear_line(tmp_path, capsys)
     bad.write_text('{"type": "Scheduler"}')
     assert cli.main(["worker", "--scheduler-file", str(bad)]) == 1
     assert "names no scheduler address" in capsys.readouterr().err
+
+
+def _stop(worker: subprocess.Popen) -> None:
+    """Ctrl-C to the `tlsearch worker` process group, as a terminal sends it; SIGKILL if it hangs."""
+    os.killpg(worker.pid, signal.SIGINT)
+    try:
+        worker.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
