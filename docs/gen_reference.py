@@ -122,17 +122,19 @@ def document_class(qualname: str, cls) -> list[str]:
 
 
 def public_members(cls) -> list[tuple[str, object]]:
-    """Methods and properties the class itself defines, not underscored, with a docstring of their own."""
-    members = []
-    for name, member in vars(cls).items():
+    """Methods and properties the class or its tlsearch base classes define (bases first), not underscored,
+    with a docstring of their own."""
+    members = {}
+    own = [base for base in reversed(cls.__mro__) if base.__module__.startswith("tlsearch")]
+    for name, member in [item for base in own for item in vars(base).items()]:
         if name.startswith("_"):
             continue
         function = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
         if not (isinstance(function, property) or inspect.isfunction(function)):
             continue
         if inspect.getdoc(function) and function.__doc__ is not None:
-            members.append((name, function))
-    return members
+            members[name] = function
+    return list(members.items())
 
 
 def signature(obj) -> str:

@@ -18,7 +18,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.test_driver import _driver, _kill_group, _wait_for_complete, count, write_study
-from tlsearch import cli, driver, study_attrs
+from tlsearch import cli, dispatcher, study_attrs
 from tlsearch.errors import TLSearchError
 from tlsearch.stores import Stores
 
@@ -113,7 +113,7 @@ def test_a_study_whose_every_trial_fails_exits_non_zero(tmp_path, capsys):
     code = cli.main(
         ["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1", "--progress", "off", "--no-report"]
     )
-    assert code == driver.EXIT_CODES[driver.CONSECUTIVE_FAILURES]
+    assert code == dispatcher.EXIT_CODES[dispatcher.CONSECUTIVE_FAILURES]
     assert "run ended: too many trials failed in a row" in capsys.readouterr().err
 
 

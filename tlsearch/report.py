@@ -10,15 +10,10 @@ Per-trial results are read from user attributes named like scikit-learn's `cv_re
 
 from __future__ import annotations
 
-import datetime as dt
 import html
 import importlib.util
-import math
 import re
-import urllib.parse
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +21,17 @@ import optuna
 from optuna.importance import BaseImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
-from tlsearch import study_attrs
 from tlsearch.errors import TLSearchError
 from tlsearch.pruners import describe as describe_prune_reason
+from tlsearch.report_page import (
+    Section,
+    fmt,
+    fmt_duration,
+    html_table,
+    is_multi_objective,
+    objective_names,
+    render_page,
+)
 from tlsearch.report_png import export_pngs
 from tlsearch.trials_table import fold_scores
 
@@ -38,33 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["write_report"]
 
 _SPLIT_SCORE = re.compile(r"^split(\d+)_test_score$")
-_STATE_WORDS = {
-    TrialState.COMPLETE: "complete",
-    TrialState.PRUNED: "pruned",
-    TrialState.FAIL: "failed",
-    TrialState.RUNNING: "running",
-    TrialState.WAITING: "waiting",
-}
 _MAX_LEGEND_ENTRIES = 10
 # pyplot keeps global state (open figures, rcParams): two reports written at once in one process take turns.
-
-
-@dataclass
-class _Section:
-    """One titled part of the page: figures, and/or a note (plain text), and/or trusted HTML built here.
-
-    `drawings` make the PNGs: each call draws one Matplotlib figure with pyplot and returns what Optuna's
-    `optuna.visualization.matplotlib` functions return (Axes, an array of Axes, or a Figure).
-    """
-
-    slug: str
-    title: str
-    figures: list[go.Figure] = field(default_factory=list)
-    note: str | None = None
-    body_html: str = ""
-    drawings: list[Callable[[], Any]] = field(default_factory=list)
-    pngs: list[Path] = field(default_factory=list)
-    grid: bool = False  # small figures side by side, as many per row as the page width allows
 
 
 def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k: int = 10, png: bool = False) -> Path:
@@ -90,7 +68,7 @@ def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k
     sections = _sections(study, trials, top_k)
     if png:
         export_pngs(sections, path, [slug for slug, _ in _SECTION_TITLES.values()])
-    page = _render_page(study, trials, sections)
+    page = render_page(study, trials, sections)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     partial.write_text(page, encoding="utf-8")
@@ -101,7 +79,7 @@ def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k
 # ---------------------------------------------------------------------------------------------- sections
 
 
-def _sections(study: optuna.Study, trials: list[FrozenTrial], top_k: int) -> list[_Section]:
+def _sections(study: optuna.Study, trials: list[FrozenTrial], top_k: int) -> list[Section]:
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     always = [_build(_failures_section, trials)] if any(t.state == TrialState.FAIL for t in trials) else []
     always += [_build(_pruned_section, trials)] if any(t.state == TrialState.PRUNED for t in trials) else []
@@ -111,8 +89,8 @@ def _sections(study: optuna.Study, trials: list[FrozenTrial], top_k: int) -> lis
         has_values = _has_intermediate_values(trials)
         return always + ([_build(_intermediate_values_section, study, trials)] if has_values else [])
     top = _top_trials(study, complete, top_k)
-    builders: list[tuple[Callable[..., _Section], tuple[Any, ...]]] = [
-        (_pareto_section if _is_multi_objective(study) else _history_section, (study, trials)),
+    builders: list[tuple[Callable[..., Section], tuple[Any, ...]]] = [
+        (_pareto_section if is_multi_objective(study) else _history_section, (study, trials)),
         (_importances_section, (study, complete)),
         (_parallel_coordinates_section, (study, complete)),
         (_slice_section, (study, complete)),
@@ -123,15 +101,15 @@ def _sections(study: optuna.Study, trials: list[FrozenTrial], top_k: int) -> lis
     return always + [_build(builder, *args) for builder, args in builders]
 
 
-def _build(builder: Callable[..., _Section], *args: Any) -> _Section:
+def _build(builder: Callable[..., Section], *args: Any) -> Section:
     try:
         return builder(*args)
     except Exception as error:  # noqa: BLE001 - one figure that cannot be drawn must not cost the whole report
         slug, title = _SECTION_TITLES[builder]
-        return _Section(slug, title, note=f"Could not be drawn: {type(error).__name__}: {error}")
+        return Section(slug, title, note=f"Could not be drawn: {type(error).__name__}: {error}")
 
 
-def _failures_section(trials: list[FrozenTrial]) -> _Section:
+def _failures_section(trials: list[FrozenTrial]) -> Section:
     """One row per error type: how many trials failed with it, which, and the first one's message."""
     by_type: dict[str, list[FrozenTrial]] = {}
     for trial in trials:
@@ -142,15 +120,15 @@ def _failures_section(trials: list[FrozenTrial]) -> _Section:
         message = str(failed[0].user_attrs.get("error_message", "—")).strip().splitlines() or ["—"]
         numbers = ", ".join(f"#{t.number}" for t in failed)
         rows.append([error_type, str(len(failed)), numbers, message[0][:500]])
-    table = _table(["Error type", "Trials", "Trial numbers", "First message"], rows, "failures")
-    return _Section(
+    table = html_table(["Error type", "Trials", "Trial numbers", "First message"], rows, "failures")
+    return Section(
         *_SECTION_TITLES[_failures_section],
         body_html=table,
         note=f"{sum(len(f) for f in by_type.values())} failed trial(s).",
     )
 
 
-def _pruned_section(trials: list[FrozenTrial]) -> _Section:
+def _pruned_section(trials: list[FrozenTrial]) -> Section:
     """One row per pruned trial: after which fold, and why (its `prune_reason`)."""
     rows = []
     for trial in trials:
@@ -158,21 +136,21 @@ def _pruned_section(trials: list[FrozenTrial]) -> _Section:
             reason = trial.user_attrs.get("prune_reason")
             why = describe_prune_reason(reason) if isinstance(reason, dict) else "—"
             rows.append([f"#{trial.number}", str(trial.user_attrs.get("n_folds_run", "—")), why])
-    table = _table(["Trial", "Folds run", "Why it was pruned"], rows, "pruned")
-    return _Section(*_SECTION_TITLES[_pruned_section], body_html=table, note=f"{len(rows)} pruned trial(s).")
+    table = html_table(["Trial", "Folds run", "Why it was pruned"], rows, "pruned")
+    return Section(*_SECTION_TITLES[_pruned_section], body_html=table, note=f"{len(rows)} pruned trial(s).")
 
 
-def _timeline_section(study: optuna.Study) -> _Section:
+def _timeline_section(study: optuna.Study) -> Section:
     figure = optuna.visualization.plot_timeline(study)
-    return _Section(
+    return Section(
         *_SECTION_TITLES[_timeline_section], figures=[figure], drawings=[lambda: _mpl().plot_timeline(study)]
     )
 
 
-def _history_section(study: optuna.Study, trials: list[FrozenTrial]) -> _Section:
-    figure = optuna.visualization.plot_optimization_history(study, target_name=_objective_names(study)[0])
+def _history_section(study: optuna.Study, trials: list[FrozenTrial]) -> Section:
+    figure = optuna.visualization.plot_optimization_history(study, target_name=objective_names(study)[0])
     _mark_pruned(figure, [(t.number, _last_value(t)) for t in _pruned(trials)])
-    return _Section(
+    return Section(
         *_SECTION_TITLES[_history_section], figures=[figure], drawings=[lambda: _mpl().plot_optimization_history(study)]
     )
 
@@ -204,18 +182,18 @@ def _mark_pruned(figure: go.Figure, points: list[tuple[float, float]], label: st
     )
 
 
-def _pareto_section(study: optuna.Study, trials: list[FrozenTrial]) -> _Section:
+def _pareto_section(study: optuna.Study, trials: list[FrozenTrial]) -> Section:
     slug, title = _SECTION_TITLES[_pareto_section]
     if len(study.directions) > 3:
-        return _Section(slug, title, note="Drawn for two or three objectives only.")
+        return Section(slug, title, note="Drawn for two or three objectives only.")
     figure = optuna.visualization.plot_pareto_front(study)
-    return _Section(slug, title, figures=[figure], drawings=[lambda: _mpl().plot_pareto_front(study)])
+    return Section(slug, title, figures=[figure], drawings=[lambda: _mpl().plot_pareto_front(study)])
 
 
-def _importances_section(study: optuna.Study, complete: list[FrozenTrial]) -> _Section:
+def _importances_section(study: optuna.Study, complete: list[FrozenTrial]) -> Section:
     slug, title = _SECTION_TITLES[_importances_section]
     if len(complete) < 2 or not _common_params(complete):
-        return _Section(slug, title, note="Needs at least 2 complete trials sharing at least one parameter.")
+        return Section(slug, title, note="Needs at least 2 complete trials sharing at least one parameter.")
     evaluator = _RememberedImportances(optuna.importance.FanovaImportanceEvaluator(seed=0))
     figure = optuna.visualization.plot_param_importances(study, evaluator=evaluator)
     # One PNG per objective: Optuna's Matplotlib version labels the bars of all objectives with the parameter
@@ -226,13 +204,13 @@ def _importances_section(study: optuna.Study, complete: list[FrozenTrial]) -> _S
         )
         for target, name in _targets(study)
     ]
-    return _Section(slug, title, figures=[figure], drawings=drawings)
+    return Section(slug, title, figures=[figure], drawings=drawings)
 
 
-def _parallel_coordinates_section(study: optuna.Study, complete: list[FrozenTrial]) -> _Section:
+def _parallel_coordinates_section(study: optuna.Study, complete: list[FrozenTrial]) -> Section:
     slug, title = _SECTION_TITLES[_parallel_coordinates_section]
     if not any(t.params for t in complete):
-        return _Section(slug, title, note="The complete trials have no parameters.")
+        return Section(slug, title, note="The complete trials have no parameters.")
     figures = [
         optuna.visualization.plot_parallel_coordinate(study, target=target, target_name=name)
         for target, name in _targets(study)
@@ -241,18 +219,18 @@ def _parallel_coordinates_section(study: optuna.Study, complete: list[FrozenTria
         lambda target=target, name=name: _mpl().plot_parallel_coordinate(study, target=target, target_name=name)
         for target, name in _targets(study)
     ]
-    return _Section(slug, title, figures=figures, drawings=drawings)
+    return Section(slug, title, figures=figures, drawings=drawings)
 
 
-def _slice_section(study: optuna.Study, complete: list[FrozenTrial]) -> _Section:
+def _slice_section(study: optuna.Study, complete: list[FrozenTrial]) -> Section:
     slug, title = _SECTION_TITLES[_slice_section]
     if not any(t.params for t in complete):
-        return _Section(slug, title, note="The complete trials have no parameters.")
+        return Section(slug, title, note="The complete trials have no parameters.")
     # One small figure per parameter, laid out in a grid: Optuna's single figure grows 300 px per parameter.
     names = sorted({name for t in complete for name in t.params})
     figures = [
         optuna.visualization.plot_slice(study, params=[param], target=target, target_name=name).update_layout(
-            title=f"{param}" + (f" ({name})" if _is_multi_objective(study) else ""),
+            title=f"{param}" + (f" ({name})" if is_multi_objective(study) else ""),
             width=None,
             height=360,
             showlegend=False,
@@ -264,18 +242,18 @@ def _slice_section(study: optuna.Study, complete: list[FrozenTrial]) -> _Section
         lambda target=target, name=name: _mpl().plot_slice(study, target=target, target_name=name)
         for target, name in _targets(study)
     ]
-    return _Section(slug, title, figures=figures, drawings=drawings, grid=True)
+    return Section(slug, title, figures=figures, drawings=drawings, grid=True)
 
 
-def _intermediate_values_section(study: optuna.Study, trials: list[FrozenTrial]) -> _Section:
+def _intermediate_values_section(study: optuna.Study, trials: list[FrozenTrial]) -> Section:
     slug, title = _SECTION_TITLES[_intermediate_values_section]
     if not _has_intermediate_values(trials):
-        return _Section(slug, title, note="No trial reported intermediate values.")
+        return Section(slug, title, note="No trial reported intermediate values.")
     figure = optuna.visualization.plot_intermediate_values(study)
     figure.update_layout(title=_INTERMEDIATE_TITLE, xaxis_title="Fold", yaxis_title="Intermediate value")
     figure.update_xaxes(tick0=0, dtick=1)
     _mark_pruned(figure, [(max(t.intermediate_values), _last_value(t)) for t in _pruned(trials)], label="fold")
-    return _Section(slug, title, figures=[figure], drawings=[lambda: _draw_intermediate_values(study)])
+    return Section(slug, title, figures=[figure], drawings=[lambda: _draw_intermediate_values(study)])
 
 
 _INTERMEDIATE_TITLE = "Score after each fold (one line per trial)"
@@ -301,14 +279,14 @@ def _draw_intermediate_values(study: optuna.Study) -> Any:
     return ax
 
 
-def _fold_spread_section(study: optuna.Study, top: list[FrozenTrial]) -> _Section:
+def _fold_spread_section(study: optuna.Study, top: list[FrozenTrial]) -> Section:
     import plotly.graph_objects as go
 
     slug, title = _SECTION_TITLES[_fold_spread_section]
     with_folds = [(t, fold_scores(t)) for t in top]
     with_folds = [(t, scores) for t, scores in with_folds if scores]
     if not with_folds:
-        return _Section(slug, title, note="The top trials have no per-fold scores (split{k}_test_score).")
+        return Section(slug, title, note="The top trials have no per-fold scores (split{k}_test_score).")
     figure = go.Figure()
     for trial, scores in with_folds:
         folds = sorted(scores)
@@ -330,7 +308,7 @@ def _fold_spread_section(study: optuna.Study, top: list[FrozenTrial]) -> _Sectio
         yaxis_title="Test score",
         showlegend=False,
     )
-    return _Section(slug, title, figures=[figure], drawings=[lambda: _draw_fold_spread(study, with_folds)])
+    return Section(slug, title, figures=[figure], drawings=[lambda: _draw_fold_spread(study, with_folds)])
 
 
 def _draw_fold_spread(study: optuna.Study, with_folds: list[tuple[FrozenTrial, dict[int, float]]]) -> Any:
@@ -351,24 +329,24 @@ def _draw_fold_spread(study: optuna.Study, with_folds: list[tuple[FrozenTrial, d
     return ax
 
 
-def _top_trials_section(study: optuna.Study, top: list[FrozenTrial]) -> _Section:
+def _top_trials_section(study: optuna.Study, top: list[FrozenTrial]) -> Section:
     slug, title = _SECTION_TITLES[_top_trials_section]
     n_folds = max((max(fold_scores(t), default=-1) + 1 for t in top), default=0)
-    value_names = _objective_names(study)
+    value_names = objective_names(study)
     head = ["Trial", *value_names, "mean ± std", *(f"fold {k}" for k in range(n_folds)), "Params", "Duration"]
     rows = []
     for trial in top:
         scores = fold_scores(trial)
         mean, std = trial.user_attrs.get("mean_test_score"), trial.user_attrs.get("std_test_score")
-        spread = "—" if mean is None else _fmt(mean) + ("" if std is None else f" ± {_fmt(std)}")
-        params = "<br>".join(f"{html.escape(str(k))} = {html.escape(_fmt(v))}" for k, v in trial.params.items())
+        spread = "—" if mean is None else fmt(mean) + ("" if std is None else f" ± {fmt(std)}")
+        params = "<br>".join(f"{html.escape(str(k))} = {html.escape(fmt(v))}" for k, v in trial.params.items())
         cells = [
             html.escape(f"#{trial.number}"),
-            *(html.escape(_fmt(v)) for v in trial.values),
+            *(html.escape(fmt(v)) for v in trial.values),
             html.escape(spread),
-            *(html.escape(_fmt(scores.get(k))) for k in range(n_folds)),
+            *(html.escape(fmt(scores.get(k))) for k in range(n_folds)),
             params or "—",
-            html.escape(_fmt_duration(trial.duration)),
+            html.escape(fmt_duration(trial.duration)),
         ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     table = (
@@ -378,20 +356,10 @@ def _top_trials_section(study: optuna.Study, top: list[FrozenTrial]) -> _Section
         + "".join(rows)
         + "</tbody></table>"
     )
-    return _Section(slug, title, note=f"{_ranking(study)} Showing {len(top)}.", body_html=table)
+    return Section(slug, title, note=f"{_ranking(study)} Showing {len(top)}.", body_html=table)
 
 
-def _table(head: list[str], rows: list[list[str]], css_class: str) -> str:
-    """An HTML table of plain-text cells (escaped here)."""
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return (
-        f'<table class="trials {css_class}"><thead><tr>'
-        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-        + f"</tr></thead><tbody>{body}</tbody></table>"
-    )
-
-
-_SECTION_TITLES: dict[Callable[..., _Section], tuple[str, str]] = {
+_SECTION_TITLES: dict[Callable[..., Section], tuple[str, str]] = {
     _failures_section: ("failures", "Failures"),
     _pruned_section: ("pruned", "Pruned trials"),
     _timeline_section: ("timeline", "Timeline"),
@@ -409,35 +377,24 @@ _SECTION_TITLES: dict[Callable[..., _Section], tuple[str, str]] = {
 # ---------------------------------------------------------------------------------------------- trials
 
 
-def _is_multi_objective(study: optuna.Study) -> bool:
-    return len(study.directions) > 1
-
-
-def _objective_names(study: optuna.Study) -> list[str]:
-    names = study.metric_names
-    if names:
-        return list(names)
-    return ["Value"] if not _is_multi_objective(study) else [f"Objective {i}" for i in range(len(study.directions))]
-
-
 def _targets(study: optuna.Study) -> list[tuple[Callable[[FrozenTrial], float] | None, str]]:
     """What the per-parameter figures plot: the value, or each objective in turn for multi-objective studies."""
-    names = _objective_names(study)
-    if not _is_multi_objective(study):
+    names = objective_names(study)
+    if not is_multi_objective(study):
         return [(None, names[0])]
     return [(lambda t, i=i: t.values[i], name) for i, name in enumerate(names)]
 
 
 def _top_trials(study: optuna.Study, complete: list[FrozenTrial], top_k: int) -> list[FrozenTrial]:
     """Best first: by value for one objective; the Pareto front, ordered by the first objective, for several."""
-    candidates = study.best_trials if _is_multi_objective(study) else complete
+    candidates = study.best_trials if is_multi_objective(study) else complete
     sign = 1 if study.directions[0] == optuna.study.StudyDirection.MINIMIZE else -1
     return sorted(candidates, key=lambda t: (sign * t.values[0], t.number))[:top_k]
 
 
 def _ranking(study: optuna.Study) -> str:
-    if _is_multi_objective(study):
-        return f"Pareto-optimal trials, ordered by {_objective_names(study)[0]}."
+    if is_multi_objective(study):
+        return f"Pareto-optimal trials, ordered by {objective_names(study)[0]}."
     return "Complete trials, best first."
 
 
@@ -447,14 +404,6 @@ def _common_params(trials: list[FrozenTrial]) -> set[str]:
 
 def _has_intermediate_values(trials: list[FrozenTrial]) -> bool:
     return any(t.intermediate_values for t in trials)
-
-
-def _study_attr(study: optuna.Study, key: str) -> Any:
-    """A study user attribute, else the system attribute of that name (Optuna 5 exposes those only on storage)."""
-    value = study.user_attrs.get(key)
-    if value is None:
-        value = study_attrs.read(study).get(key)
-    return value
 
 
 class _RememberedImportances(BaseImportanceEvaluator):
@@ -489,107 +438,3 @@ def _mpl() -> Any:
     import optuna.visualization.matplotlib
 
     return optuna.visualization.matplotlib
-
-
-def _render_page(study: optuna.Study, trials: list[FrozenTrial], sections: list[_Section]) -> str:
-    name = html.escape(study.study_name)
-    parts = [
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>Study {name} — tlsearch report</title><style>{_CSS}</style></head><body>",
-        f"<h1>Study {name}</h1>",
-        _render_header(study, trials),
-    ]
-    if not trials:
-        parts.append('<p class="empty">No trials yet.</p>')
-    elif not any(t.state == TrialState.COMPLETE for t in trials):
-        parts.append('<p class="empty">No completed trials yet: nothing to rank or plot against a value.</p>')
-    if len(sections) > 1:
-        links = "".join(f'<li><a href="#{s.slug}">{html.escape(s.title)}</a></li>' for s in sections)
-        parts.append(f"<nav><ul>{links}</ul></nav>")
-    plotlyjs_included = False
-    for section in sections:
-        parts.append(f'<section id="{section.slug}"><h2>{html.escape(section.title)}</h2>')
-        if section.note:
-            parts.append(f'<p class="note">{html.escape(section.note)}</p>')
-        if section.grid:
-            parts.append('<div class="grid">')
-        for i, figure in enumerate(section.figures):
-            figure.update_layout(width=None, autosize=True)  # the page's width, never wider
-            parts.append(
-                figure.to_html(
-                    full_html=False,
-                    include_plotlyjs=not plotlyjs_included,
-                    div_id=f"{section.slug}-{i + 1}",
-                    default_height=f"{figure.layout.height or 560}px",
-                    config={"displaylogo": False, "responsive": True},
-                )
-            )
-            plotlyjs_included = True
-        if section.grid:
-            parts.append("</div>")
-        if section.pngs:
-            links = " ".join(
-                f'<a href="{html.escape(urllib.parse.quote(p.name))}">{html.escape(p.name)}</a>' for p in section.pngs
-            )
-            parts.append(f'<p class="png">PNG: {links}</p>')
-        parts.append(section.body_html + "</section>")
-    parts.append(
-        f"<footer>Written by tlsearch on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}.</footer>"
-        "</body></html>\n"
-    )
-    return "\n".join(parts)
-
-
-def _render_header(study: optuna.Study, trials: list[FrozenTrial]) -> str:
-    names = _objective_names(study)
-    directions = ", ".join(f"{n} ({d.name.lower()})" for n, d in zip(names, study.directions))
-    counts = Counter(t.state for t in trials)
-    states = ", ".join(f"{counts[s]} {word}" for s, word in _STATE_WORDS.items() if counts[s]) or "none"
-    rows = [("Directions", directions), ("Trials", f"{len(trials)} ({states})"), ("Best", _best_summary(study, trials))]
-    for label, key in (("Dataset hash", study_attrs.DATASET_HASH), ("Fold plan hash", study_attrs.FOLD_PLAN)):
-        value = _study_attr(study, key)
-        rows.append((label, "—" if value is None else str(value)))
-    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-    return f'<table class="header">{cells}</table>'
-
-
-def _best_summary(study: optuna.Study, trials: list[FrozenTrial]) -> str:
-    if not any(t.state == TrialState.COMPLETE for t in trials):
-        return "—"
-    if _is_multi_objective(study):
-        return f"{len(study.best_trials)} Pareto-optimal trials"
-    best = study.best_trial
-    return f"{_fmt(best.value)} (trial #{best.number})"
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.6g}" if math.isfinite(value) else str(value)
-    return str(value)
-
-
-def _fmt_duration(duration: dt.timedelta | None) -> str:
-    if duration is None:
-        return "—"
-    seconds = duration.total_seconds()
-    if seconds < 60:
-        return f"{seconds:.3g} s"
-    minutes, seconds = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{seconds:02d}"
-
-
-_CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
-h1 { margin-bottom: .3em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }
-table { border-collapse: collapse; } th, td { padding: .3em .7em; text-align: left; vertical-align: top; }
-table.header th { color: #555; font-weight: normal; } table.header td { font-family: ui-monospace, monospace; }
-table.trials { font-size: .9em; } table.trials th { background: #f3f3f3; }
-table.trials td, table.trials th { border: 1px solid #ddd; } table.trials td { font-variant-numeric: tabular-nums; }
-div.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 0 1em; }
-table.failures td:last-child { font-family: ui-monospace, monospace; font-size: .9em; word-break: break-word; }
-nav ul { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: .4em 1.2em; }
-p.empty { font-size: 1.2em; } p.note, p.png, footer { color: #666; } footer { margin-top: 3em; font-size: .8em; }
-"""

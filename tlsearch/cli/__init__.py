@@ -3,7 +3,7 @@
 Each module exposes `register(subparsers, parent)`, which adds its parser (with `parents=[parent]` for the
 common options) and sets `func(args) -> int | None`.
 Errors a user can fix (`TLSearchError`, bad input) print one line and exit 1; `--debug` shows the traceback.
-`run` and `resume` exit with the codes of `tlsearch.driver.EXIT_CODES` (README: "Faults, stopping and resuming").
+`run` and `resume` exit with the codes of `tlsearch.dispatcher.EXIT_CODES` (README: "Faults, stopping and resuming").
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ plan = fold_plan_for(store, dataset, KFold(5, shuffle=True, random_state=0))
 fold = dataset.fold(plan, 0)                        # fold.train["X"], fold.validation["y"], no copies
 """
 
-from tlsearch.data._cache import CacheEntry, Dataset, HostCache
+from tlsearch.data._cache import CacheEntry, HostCache
+from tlsearch.data._dataset import Dataset
 from tlsearch.data._errors import (
     DatasetBusyError,
     DatasetCorruptedError,

@@ -27,20 +27,20 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 
 import numpy as np
 from filelock import FileLock
 
 from tlsearch import config
-from tlsearch.data._errors import DatasetCorruptedError, DatasetError, FoldPlanMismatchError
-from tlsearch.data._fold_views import Fold, FoldLayout, fold_views, plan_layout, write_layout_rows
+from tlsearch.data._dataset import Dataset
+from tlsearch.data._errors import DatasetCorruptedError, DatasetError
+from tlsearch.data._fold_views import FoldLayout, plan_layout, write_layout_rows
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._hashing import ContentHasher, hash_arrays
-from tlsearch.data._info import GROUPS, SAMPLE_WEIGHT, DatasetInfo
+from tlsearch.data._info import DatasetInfo
 from tlsearch.data._locks import UseLock
 from tlsearch.data._npy import NpyHashingSink
 from tlsearch.data._paths import check_sha256, confined
@@ -52,103 +52,6 @@ MARKER = "verified.json"
 DOWNLOAD_LOG = "downloads.log"
 _PROGRESS_MIN_BYTES = 64 << 20
 _STALE_TMP_SECONDS = 6 * 3600
-
-
-class Dataset:
-    """A cached dataset, open: read-only memory-mapped arrays shared with every process on the host.
-
-    `dataset["X"]`, `dataset.arrays`, `dataset.info`; `dataset.fold(plan, k)` gives fold k's arrays without
-    copying rows. While open, the dataset is not evicted from the cache; `close()` (or exit) releases it.
-    """
-
-    def __init__(
-        self, info: DatasetInfo, arrays: dict[str, np.ndarray], path: Path, cache: HostCache, lock: UseLock
-    ) -> None:
-        self.info = info
-        self.arrays: Mapping[str, np.ndarray] = MappingProxyType(arrays)
-        self.path = path
-        self._cache = cache
-        self._lock = lock
-        self._layouts: dict[str, tuple[FoldLayout, dict[str, np.ndarray]]] = {}
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.arrays[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.arrays
-
-    def keys(self):
-        return self.arrays.keys()
-
-    @property
-    def X(self) -> np.ndarray:  # noqa: N802 - the name every scikit-learn user expects
-        return self.arrays["X"]
-
-    @property
-    def y(self) -> np.ndarray:
-        return self.arrays["y"]
-
-    @property
-    def groups(self) -> np.ndarray | None:
-        return self.arrays.get(GROUPS)
-
-    @property
-    def sample_weight(self) -> np.ndarray | None:
-        return self.arrays.get(SAMPLE_WEIGHT)
-
-    @property
-    def n_rows(self) -> int:
-        return self.info.n_rows
-
-    def fold(self, plan: FoldPlan, k: int, *, layout: bool = True) -> Fold:
-        """Fold `k` of `plan` as read-only views (no rows copied); the first call per plan lays the rows out
-        in this host's cache, once per host, taking about (2 - 1/n_splits) × the dataset on disk.
-
-        `layout=False` gathers the fold's rows into new in-memory arrays instead (plan order, one copy per
-        process), for datasets too large to lay out."""
-        if not 0 <= k < plan.n_splits:
-            raise IndexError(f"fold {k} out of range: the plan has {plan.n_splits} folds")
-        if plan.dataset_hash != self.info.hash:
-            raise FoldPlanMismatchError(
-                f"fold plan {plan.hash[:12]} was made for content sha256 {plan.dataset_hash[:12]}, "
-                f"not for {self.info.ref} (sha256 {self.info.hash[:12]})"
-            )
-        if not layout:
-            train, validation = plan.folds[k]
-            return Fold(
-                k,
-                MappingProxyType({n: a[train] for n, a in self.arrays.items()}),
-                MappingProxyType({n: a[validation] for n, a in self.arrays.items()}),
-                train,
-                validation,
-            )
-        if plan.hash not in self._layouts:
-            self._layouts[plan.hash] = self._cache._open_layout(self, plan)
-        layout, arrays = self._layouts[plan.hash]
-        return fold_views(k, layout.spans[k], self.arrays, arrays, layout.order)
-
-    def folds(self, plan: FoldPlan) -> list[Fold]:
-        return [self.fold(plan, k) for k in range(plan.n_splits)]
-
-    def close(self) -> None:
-        """Let the cache evict this dataset again (arrays already handed out stay readable)."""
-        self._lock.release()
-
-    def __enter__(self) -> Dataset:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __reduce__(self):
-        raise TypeError(
-            "a Dataset maps this host's cache and is not sent between processes: "
-            "send its ref and open it with HostCache().open(store, ref) where it is needed"
-        )
-
-    def __repr__(self) -> str:
-        shapes = ", ".join(f"{k}={tuple(v.shape)}" for k, v in self.arrays.items())
-        return f"<Dataset {self.info.ref} sha256:{self.info.hash[:12]} {shapes}>"
 
 
 @dataclass(frozen=True)
@@ -211,7 +114,7 @@ class HostCache:
         except BaseException:
             lock.release()
             raise
-        return Dataset(info, arrays, folder, self, lock)
+        return Dataset(info, arrays, folder, lock, self._open_layout)
 
     def verify(self, store: DatasetStore, ref: str) -> str:
         """Re-hash this host's copy of `ref`: "absent" (not cached), "ok", or "healed" (fetched again)."""

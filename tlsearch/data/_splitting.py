@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import warnings
 
-from tlsearch.data._cache import Dataset
+from tlsearch.data._dataset import Dataset
 from tlsearch.data._errors import DatasetValidationError
 from tlsearch.data._folds import FoldPlan, describe_splitter
 from tlsearch.data._info import FEATURES, GROUPS, LABELS

@@ -11,53 +11,31 @@ exists, so numbers are dense even when a process dies at any point. Reads go thr
 from __future__ import annotations
 
 import copy
-import logging
-import os
-import secrets
-import socket
 import threading
 from collections.abc import Callable, Container, Mapping, Sequence
-from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from datetime import datetime
+from typing import Any
 
 import optuna
 import pymongo
-from bson.codec_options import CodecOptions
 from optuna.distributions import BaseDistribution, check_distribution_compatibility
-from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
-from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
-from pymongo import IndexModel, ReturnDocument
-from pymongo.errors import DuplicateKeyError
+from pymongo import ReturnDocument
 
 from tlsearch import _optuna_compat as compat
-from tlsearch._optuna_compat import DEFAULT_STUDY_NAME_PREFIX, BaseHeartbeat, FrozenStudy
+from tlsearch._optuna_compat import BaseHeartbeat
 from tlsearch.config import DEFAULT_DATABASE
-from tlsearch.mongo import MongoUnavailableError, connect, mask_uri, ping, retrying
 from tlsearch.storage import _codec as codec
 from tlsearch.storage._cache import StudyCache
-
-_logger = logging.getLogger(__name__)
-
-STUDIES = "studies"
-TRIALS = "trials"
-COUNTERS = "counters"
-_STUDY_ID_COUNTER = "study_id"
-_SLOTS = "trial_slots"  # taken trial slots of a study with a budget (tlsearch drivers)
-_CODEC_OPTIONS = CodecOptions(tz_aware=True, tzinfo=timezone.utc)
-_HOST = socket.gethostname()
+from tlsearch.storage._mongo_connection import Collections
+from tlsearch.storage._mongo_studies import MongoStudies
 
 HeartbeatStaleTrialCallback = Callable[["optuna.study.Study", FrozenTrial], None]
 
 
-class _Collections(NamedTuple):
-    studies: pymongo.collection.Collection
-    trials: pymongo.collection.Collection
-    counters: pymongo.collection.Collection
-
-
-class MongoStorage(BaseStorage, BaseHeartbeat):
+class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
     """Optuna studies and trials in a MongoDB database, safe for any number of concurrent processes.
 
     Args:
@@ -95,115 +73,31 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
         for name, value in (("heartbeat_interval", heartbeat_interval), ("grace_period", grace_period)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
                 raise ValueError(f"{name} must be None or a positive number of seconds, not {value!r}")
-        if not isinstance(database, str) or not database:
-            raise ValueError(f"database must be a non-empty string, not {database!r}")
-        if isinstance(url_or_client, str):
-            self._url: str | None = url_or_client
-            client = None
-        elif isinstance(url_or_client, pymongo.MongoClient):
-            self._url = None
-            client = url_or_client
-        else:
-            raise TypeError(
-                f"MongoStorage needs a MongoDB URI or a pymongo.MongoClient, not {type(url_or_client).__name__}"
-            )
-        self._database_name = database
         self.heartbeat_interval = heartbeat_interval
         self.grace_period = grace_period
         self.heartbeat_stale_trial_callback = heartbeat_stale_trial_callback
-        self._start(client)
+        super().__init__(url_or_client, database)
         self._collections()  # fail now, not at the first trial, if the server cannot be reached
 
     def _start(self, client: pymongo.MongoClient | None) -> None:
-        self._client = client
-        self._db: _Collections | None = None
-        self._lock = threading.RLock()
-        self._studies: dict[int, StudyCache] = {}
-        self._slot_counters: set[int] = set()  # studies whose trial-slot counter this process knows exists
+        super()._start(client)
         self._just_written = threading.local()  # see _remember_written
 
-    # Pickling: the URI and the settings travel, the connection and the cache do not.
+    # Pickling: the settings travel with the URI, the cache does not.
+
+    _SETTINGS = ("heartbeat_interval", "grace_period", "heartbeat_stale_trial_callback")
 
     def __getstate__(self) -> dict[str, Any]:
-        if self._url is None:
-            raise TypeError(
-                "a MongoStorage built from a MongoClient cannot be pickled (a client cannot cross processes); "
-                "build it from a URI, MongoStorage('mongodb://...'), to send it to other processes"
-            )
-        return {
-            "url": self._url,
-            "database": self._database_name,
-            "heartbeat_interval": self.heartbeat_interval,
-            "grace_period": self.grace_period,
-            "heartbeat_stale_trial_callback": self.heartbeat_stale_trial_callback,
-        }
+        return {**super().__getstate__(), **{name: getattr(self, name) for name in self._SETTINGS}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._url = state["url"]
-        self._database_name = state["database"]
-        self.heartbeat_interval = state["heartbeat_interval"]
-        self.grace_period = state["grace_period"]
-        self.heartbeat_stale_trial_callback = state["heartbeat_stale_trial_callback"]
-        self._start(None)
+        for name in self._SETTINGS:
+            setattr(self, name, state[name])
+        super().__setstate__(state)
 
-    def __repr__(self) -> str:
-        where = repr(mask_uri(self._url)) if self._url is not None else "<MongoClient>"
-        return f"MongoStorage({where}, database={self._database_name!r})"
-
-    def close(self) -> None:
-        """Close the connection this storage opened (a client passed in is left to its owner)."""
-        with self._lock:
-            if self._url is not None and self._client is not None:
-                self._client.close()
-                self._client = None
-            self._db = None
-
-    # Connection
-
-    def _describe(self) -> str:
-        where = mask_uri(self._url) if self._url is not None else "the given MongoClient's server"
-        return f"{where} (database {self._database_name!r})"
-
-    def _collections(self) -> _Collections:
-        db = self._db
-        if db is None:
-            with self._lock:
-                if self._db is None:
-                    self._db = self._open()
-                db = self._db
-        return db
-
-    def _open(self) -> _Collections:
-        if self._client is None:
-            self._client = connect(self._url)  # type: ignore[arg-type]
-        else:
-            try:
-                ping(self._client)
-            except MongoUnavailableError as exc:
-                raise MongoUnavailableError(f"cannot reach MongoDB at {self._describe()}: {exc}") from None
-        db = self._client.get_database(self._database_name, codec_options=_CODEC_OPTIONS)
-        collections = _Collections(db[STUDIES], db[TRIALS], db[COUNTERS])
-        retrying(lambda: self._create_indexes(collections), self._describe)
-        return collections
-
-    @staticmethod
-    def _create_indexes(collections: _Collections) -> None:
-        """Create the indexes the queries need (one command per collection; existing ones are left alone)."""
-        collections.studies.create_indexes([IndexModel([("name", 1)], unique=True, name="name_unique")])
-        collections.trials.create_indexes(
-            [
-                IndexModel([("study_id", 1), ("number", 1)], unique=True, name="study_number_unique"),
-                IndexModel([("study_id", 1), ("state", 1)], name="study_state"),
-                # Redundant on MongoDB (the _id index serves {_id, state}), but servers whose planner only uses
-                # a unique index matching the whole filter need it to run compare-and-set updates in constant time.
-                IndexModel([("_id", 1), ("state", 1)], unique=True, name="id_state"),
-            ]
-        )
-
-    def _retrying(self, operation: Callable[[_Collections], Any]) -> Any:
-        """Run an operation that is safe to repeat, retrying while the connection is lost."""
-        self._just_written.trial = None
-        return retrying(lambda: operation(self._collections()), self._describe)
+    def _retrying(self, operation: Callable[[Collections], Any]) -> Any:
+        self._just_written.trial = None  # talking to the server again: see _remember_written
+        return super()._retrying(operation)
 
     def _remember_written(self, trial: FrozenTrial) -> None:
         """Read-your-own-write: the next get_trial of this thread returns `trial` without a round trip, if it
@@ -215,142 +109,6 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
         trial = getattr(self._just_written, "trial", None)
         self._just_written.trial = None
         return trial if trial is not None and compat.trial_id(trial) == trial_id else None
-
-    def _insert(self, collection: str, document: dict[str, Any]) -> bool:
-        """Insert `document`; False if its unique keys are taken by another document.
-
-        After a lost connection the first attempt may have landed: a duplicate carrying our own
-        `created_by` token is then ours."""
-        attempts = 0
-
-        def insert(collections: _Collections) -> bool:
-            nonlocal attempts
-            attempts += 1
-            target = getattr(collections, collection)
-            try:
-                target.insert_one(document)
-                return True
-            except DuplicateKeyError:
-                if attempts > 1:
-                    existing = target.find_one({"_id": document["_id"]}, {"created_by": 1})
-                    if existing is not None and existing.get("created_by") == document["created_by"]:
-                        return True
-                return False
-
-        return self._retrying(insert)
-
-    @staticmethod
-    def _token() -> str:
-        """A write's unique signature, naming the host and process that made it."""
-        return f"{_HOST}:{os.getpid()}:{secrets.token_hex(4)}"
-
-    # Studies
-
-    def create_new_study(self, directions: Sequence[StudyDirection], study_name: str | None = None) -> int:
-        if study_name is None:
-            study_name = DEFAULT_STUDY_NAME_PREFIX + secrets.token_hex(16)
-        study_id = self._next_study_id()
-        document = codec.study_document(study_id, study_name, list(directions), self._token())
-        if not self._insert("studies", document):
-            raise DuplicatedStudyError(f"Another study with name '{study_name}' already exists.")
-        with self._lock:
-            cache = self._remember_study(document)
-            cache.loaded = True  # a new study has no trials to read
-        _logger.info("A new study created in MongoDB with name: %s", study_name)
-        return study_id
-
-    def _next_study_id(self) -> int:
-        # $inc with ReturnDocument.BEFORE: the old value is ours alone. A lost reply wastes an id, no more.
-        def increment(collections: _Collections) -> int | None:
-            try:
-                before = collections.counters.find_one_and_update(
-                    {"_id": _STUDY_ID_COUNTER},
-                    {"$inc": {"next": 1}},
-                    upsert=True,
-                    return_document=ReturnDocument.BEFORE,
-                )
-            except DuplicateKeyError:  # two first-ever upserts raced; the counter now exists
-                return None
-            return int(before["next"]) if before else 0
-
-        while True:
-            study_id = self._retrying(increment)
-            if study_id is not None:
-                return study_id
-
-    def _remember_study(self, document: dict[str, Any]) -> StudyCache:
-        cache = StudyCache(int(document["_id"]), document["name"], codec.decode_directions(document))
-        for field, distribution in document.get("param_distributions", {}).items():
-            cache.param_distributions[codec.decode_name(field)] = codec.decode_distribution(distribution)
-        self._studies[cache.study_id] = cache
-        return cache
-
-    def _study(self, study_id: int) -> StudyCache:
-        """The cache of a study, reading the study once per process (lock held); KeyError if it does not exist."""
-        cache = self._studies.get(study_id)
-        if cache is None:
-            projection = {"name": 1, "directions": 1, "param_distributions": 1}
-            document = self._retrying(lambda c: c.studies.find_one({"_id": study_id}, projection))
-            if document is None:
-                raise KeyError(f"No study with study_id {study_id} exists.")
-            cache = self._remember_study(document)
-        return cache
-
-    def delete_study(self, study_id: int) -> None:
-        with self._lock:
-            self._studies.pop(study_id, None)
-        attempts = 0
-
-        def delete(collections: _Collections) -> int:
-            nonlocal attempts
-            attempts += 1
-            return collections.studies.delete_one({"_id": study_id}).deleted_count
-
-        # A study deleted by a lost first attempt is not missing.
-        if not self._retrying(delete) and attempts == 1:
-            raise KeyError(f"No study with study_id {study_id} exists.")
-        self._retrying(lambda c: c.trials.delete_many({"study_id": study_id}))
-
-    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
-        self._set_study_field(study_id, f"user_attrs.{codec.encode_name(key)}", codec.encode_value(value))
-
-    def set_study_system_attr(self, study_id: int, key: str, value: Any) -> None:
-        self._set_study_field(study_id, f"system_attrs.{codec.encode_name(key)}", codec.encode_value(value))
-
-    def _set_study_field(self, study_id: int, field: str, value: Any) -> None:
-        result = self._retrying(lambda c: c.studies.update_one({"_id": study_id}, {"$set": {field: value}}))
-        if not result.matched_count:
-            raise KeyError(f"No study with study_id {study_id} exists.")
-
-    def get_study_id_from_name(self, study_name: str) -> int:
-        document = self._retrying(lambda c: c.studies.find_one({"name": study_name}, {"_id": 1}))
-        if document is None:
-            raise KeyError(f"No such study {study_name}.")
-        return int(document["_id"])
-
-    def get_study_name_from_id(self, study_id: int) -> str:
-        with self._lock:
-            return self._study(study_id).name
-
-    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
-        with self._lock:
-            return list(self._study(study_id).directions)
-
-    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
-        return self._study_attrs(study_id, "user_attrs")
-
-    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
-        return self._study_attrs(study_id, "system_attrs")
-
-    def _study_attrs(self, study_id: int, field: str) -> dict[str, Any]:
-        document = self._retrying(lambda c: c.studies.find_one({"_id": study_id}, {field: 1}))
-        if document is None:
-            raise KeyError(f"No study with study_id {study_id} exists.")
-        return codec.decode_attrs(document.get(field, {}))
-
-    def get_all_studies(self) -> list[FrozenStudy]:
-        documents = self._retrying(lambda c: list(c.studies.find({}).sort("_id", 1)))
-        return [codec.decode_study(document) for document in documents]
 
     # Trials: creation
 
@@ -383,30 +141,6 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
             cache.add(trial, document)
         self._remember_written(trial)
         return compat.trial_id(trial)
-
-    def _study_distribution(self, cache: StudyCache, name: str, distribution: BaseDistribution) -> BaseDistribution:
-        """The distribution of parameter `name` in the study: the first one anyone registered (this one if none)."""
-        with self._lock:
-            known = cache.param_distributions.get(name)
-        if known is not None:
-            return known
-        field = f"param_distributions.{codec.encode_name(name)}"
-        # Compare-and-set: register ours unless one is there. A repeat after a lost reply finds ours.
-        result = self._retrying(
-            lambda c: c.studies.update_one(
-                {"_id": cache.study_id, field: {"$exists": False}},
-                {"$set": {field: codec.encode_distribution(distribution)}},
-            )
-        )
-        if result.matched_count:
-            known = distribution
-        else:
-            document = self._retrying(lambda c: c.studies.find_one({"_id": cache.study_id}, {field: 1}))
-            if document is None:
-                raise KeyError(f"No study with study_id {cache.study_id} exists.")
-            known = codec.decode_distribution(document["param_distributions"][codec.encode_name(name)])
-        with self._lock:
-            return cache.param_distributions.setdefault(name, known)
 
     # Trials: writes (compare-and-set on the state: a finished trial never changes)
 
@@ -605,27 +339,6 @@ class MongoStorage(BaseStorage, BaseHeartbeat):
                 return
             _, window = cache.ids_to_refresh()  # a full window: more new trials may follow
             ids = list(window)
-
-    # The exact budget of tlsearch's drivers: a counter of trial slots on the study document
-
-    def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> bool:
-        """Take one of `limit` trial slots of the study; False when all are taken. A study without a counter
-        starts at `claimed()` (its finished and running trials). A conditional `$inc` on one document: atomic."""
-        if study_id not in self._slot_counters:
-            self._retrying(
-                lambda c: c.studies.update_one(
-                    {"_id": study_id, _SLOTS: {"$exists": False}}, {"$set": {_SLOTS: claimed()}}
-                )
-            )
-            self._slot_counters.add(study_id)
-        result = self._retrying(
-            lambda c: c.studies.update_one({"_id": study_id, _SLOTS: {"$lt": limit}}, {"$inc": {_SLOTS: 1}})
-        )
-        return result.modified_count == 1
-
-    def release_trial_slot(self, study_id: int) -> None:
-        """Give back a slot taken by `claim_trial_slot` (its trial failed)."""
-        self._retrying(lambda c: c.studies.update_one({"_id": study_id, _SLOTS: {"$gt": 0}}, {"$inc": {_SLOTS: -1}}))
 
     # Heartbeats (on the server's clock)
 

@@ -1,0 +1,311 @@
+"""The dispatcher: keeps a study's trials in flight on a Dask cluster until its budget is spent or it is stopped.
+
+`driver.drive` opens the study and the cluster, then hands over to a `Dispatcher`: it asks Optuna for each
+trial, submits it as a task, keeps its heartbeat while the task runs, tells the study how it ended (failing
+and re-queueing it if its worker died), and says why the run ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections import Counter
+
+import distributed
+from optuna.trial import TrialState
+
+from tlsearch import _optuna_compat as compat
+from tlsearch import cluster, study_attrs
+from tlsearch.progress import Progress
+from tlsearch.retries import fail_abandoned_trials, fail_and_retry
+from tlsearch.seeds import derive_seed
+from tlsearch.storage._slots import TrialSlots
+from tlsearch.trial_task import TrialJob, TrialOutcome, pack_spec, run_trial
+
+log = logging.getLogger(__name__)
+
+DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+# Why a run ended, and the exit code `tlsearch run` / `resume` return for it (README: "Faults, stopping and resuming").
+BUDGET_REACHED = "budget reached"
+NOTHING_TO_DO = "nothing to do"
+TIMEOUT_REACHED = "timeout reached"
+CONSECUTIVE_FAILURES = "too many trials failed in a row"
+NO_COMPLETE_TRIAL = "no trial completed"
+STOP_REQUESTED = "stopped by `tlsearch stop`"
+INTERRUPTED = "interrupted (Ctrl-C)"
+TERMINATED = "terminated (SIGTERM)"
+EXIT_CODES = {
+    BUDGET_REACHED: 0,
+    NOTHING_TO_DO: 0,
+    TIMEOUT_REACHED: 0,
+    CONSECUTIVE_FAILURES: 3,
+    NO_COMPLETE_TRIAL: 4,
+    STOP_REQUESTED: 5,
+    INTERRUPTED: 128 + signal.SIGINT,
+    TERMINATED: 128 + signal.SIGTERM,
+}
+
+
+class Dispatcher:
+    """Keeps up to `parallelism` trials in flight until the budget is spent."""
+
+    def __init__(self, study, spec, stores, dataset_ref, client, parallelism, n_trials, timeout, progress, interrupts):
+        self.study, self.spec, self.stores, self.client = study, spec, stores, client
+        self.dataset_ref = dataset_ref
+        attrs = study_attrs.read(study)
+        self.dataset_hash, self.fold_plan_hash = attrs[study_attrs.DATASET_HASH], attrs[study_attrs.FOLD_PLAN]
+        self.n_trials, self.timeout, self.interrupts = n_trials, timeout, interrupts
+        self.parallelism = parallelism or max(
+            1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
+        )
+        self.running: dict[distributed.Future, tuple[int, int]] = {}  # future -> (trial_id, number)
+        self.resources = cluster.trial_resources(client)
+        self.slots = TrialSlots(compat.storage_of(study), compat.study_id(study))
+        self.stop_reason: str | None = None  # why the driver stopped starting trials, once it has
+        self.end_detail = ""
+        self.failed_in_a_row = 0
+        self.last_error = ""
+        self.progress = Progress(n_trials, Counter(t.state.name for t in study.get_trials(deepcopy=False)), progress)
+        self._heartbeat_stop = threading.Event()
+        # Results are fetched from the workers in the background as trials finish, not one by one here.
+        self._finished = distributed.as_completed(with_results=True, raise_errors=False)
+        self._untold: list[tuple[int, int, TrialOutcome]] = []  # collected, not yet told to the study
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_reason is not None
+
+    def run(self) -> tuple[str, str]:
+        """Dispatch until the budget is spent or the run is stopped; (why it ended, detail)."""
+        client = self.client
+        cluster.prepare_workers(client, self.spec)
+        client.register_plugin(cluster.DatasetPrefetch(self.stores, self.dataset_ref))
+        self.spec_future = client.scatter(pack_spec(self.spec), broadcast=True)
+        link = cluster.dashboard_link(client)
+        self.progress.note(
+            f"study {self.study.study_name!r} in {self.stores.describe()}; "
+            f"{self.parallelism} trials at a time" + (f"; Dask dashboard: {link}" if link else "")
+        )
+        heartbeat = threading.Thread(target=self._heartbeat, name="tlsearch-heartbeat", daemon=True)
+        heartbeat.start()
+        started = next_stale_check = time.monotonic()
+        try:
+            while self.interrupts.count < 2:
+                if not self.stopping:
+                    self._check_stop(started)
+                if time.monotonic() >= next_stale_check:  # a driver that died elsewhere: run its trials' retries
+                    next_stale_check = time.monotonic() + self._check_stale()
+                self._fill()
+                if not self.running:
+                    if self.stopping or not self._running_elsewhere():
+                        break
+                    time.sleep(0.5)  # the budget is taken by other drivers' trials: one may fail and free a slot
+                    continue
+                # The finished futures are released only once their replacements are submitted: a release
+                # is a message to the scheduler, and Dask sends a client's messages at most every 10 ms.
+                done = self._next_finished(timeout=1.0)
+                self._settle(done)
+                del done
+                self.progress.update(len(self.running), self._best())
+        finally:
+            self._heartbeat_stop.set()
+            if self.running:
+                self._abandon_running(
+                    "interrupted by a second Ctrl-C" if self.interrupts.count >= 2 else "the driver stopped"
+                )
+            self.progress.close()
+        return self._end()
+
+    def _end(self) -> tuple[str, str]:
+        counts = Counter(t.state for t in self.study.get_trials(deepcopy=False))
+        finished = (
+            f"{counts[TrialState.COMPLETE] + counts[TrialState.PRUNED]}"
+            + (f"/{self.n_trials}" if self.n_trials else "")
+            + " trials finished"
+        )
+        detail = finished + (f"; {self.end_detail}" if self.end_detail else "")
+        if self.interrupts.count and self.stop_reason not in (INTERRUPTED, TERMINATED):
+            # both signals came while the driver waited for results, before _check_stop saw the first
+            self.stop_reason = INTERRUPTED if self.interrupts.signum == signal.SIGINT else TERMINATED
+        if self.stop_reason in (INTERRUPTED, TERMINATED, STOP_REQUESTED, CONSECUTIVE_FAILURES):
+            return self.stop_reason, detail
+        if not counts[TrialState.COMPLETE]:
+            return NO_COMPLETE_TRIAL, f"{detail}, {counts[TrialState.FAIL]} failed" + (
+                f"; last: {self.last_error}" if self.last_error else ""
+            )
+        return self.stop_reason or BUDGET_REACHED, detail
+
+    def _check_stale(self) -> float:
+        """Fail the trials of dead drivers; seconds until the next check (the heartbeat interval)."""
+        interval = compat.heartbeat_interval(compat.storage_of(self.study))
+        if not interval:
+            return math.inf
+        fail_abandoned_trials(self.study, self.spec)
+        return interval
+
+    def _running_elsewhere(self) -> bool:
+        return bool(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+    def _settle(self, done: list[tuple[distributed.Future, object]]) -> None:
+        """Record finished trials and refill their slots. Failures are recorded first, so that a retry they
+        queue takes the next free slot; the others after the refill, as a whole wave of trials often finishes
+        at once and recording takes the driver a few milliseconds per trial."""
+        self._untold = [self._collect(future, result) for future, result in done if future in self.running]
+        try:
+            for failed in [item for item in self._untold if item[2].state == TrialState.FAIL]:
+                self._untold.remove(failed)
+                self._record(*failed)
+            self._fill()
+        finally:  # even on Ctrl-C: a trial collected but never recorded would stay RUNNING
+            untold, self._untold = self._untold, []
+            for item in untold:
+                self._record(*item)
+
+    def _fill(self) -> None:
+        """Submit trials until the slots are full or the budget's trial slots are all taken."""
+        if self.stopping:
+            return
+        for _ in range(self.parallelism - len(self.running)):
+            if not self.slots.claim(self.n_trials or sys.maxsize, self._claimed):
+                return
+            try:
+                self._submit()
+            except BaseException:
+                self.slots.release()
+                raise
+
+    def _claimed(self) -> int:
+        """Trial slots in use when a study's counter starts: its finished and running trials."""
+        return len(self.study.get_trials(deepcopy=False, states=(*DONE, TrialState.RUNNING)))
+
+    def _check_stop(self, started: float) -> None:
+        if self.interrupts.count:
+            reason = INTERRUPTED if self.interrupts.signum == signal.SIGINT else TERMINATED
+            self._stop(
+                reason,
+                f"waiting for {len(self.running)} running trial(s)"
+                + ("; Ctrl-C again to fail them now" if reason == INTERRUPTED else ""),
+            )
+        elif self.timeout is not None and time.monotonic() - started >= self.timeout:
+            self._stop(TIMEOUT_REACHED, f"{self.timeout:g} s: finishing running trials")
+        elif study_attrs.read(self.study).get(study_attrs.STOP):
+            self._stop(STOP_REQUESTED, "finishing running trials")
+        elif self.failed_in_a_row >= max(10, 2 * self.parallelism):
+            self.end_detail = f"last: {self.last_error}"
+            self._stop(CONSECUTIVE_FAILURES, f"{self.failed_in_a_row} in a row; {self.end_detail}")
+
+    def _stop(self, reason: str, detail: str) -> None:
+        self.stop_reason = reason
+        self.progress.note(f"stopping: {reason}; {detail}")
+
+    def _submit(self) -> None:
+        with warnings.catch_warnings():
+            # Optuna suggests Study.optimize for heartbeats; here the driver beats for every trial in flight.
+            warnings.filterwarnings("ignore", message="Heartbeat of storage")
+            trial = self.study.ask()
+        trial_id = compat.trial_id(trial)
+        job = TrialJob(
+            self.stores,
+            self.study.study_name,
+            trial_id,
+            self.dataset_ref,
+            self.dataset_hash,
+            self.fold_plan_hash,
+            derive_seed(self.spec.seed, self.study.study_name, trial.number, "sampler"),
+        )
+        future = self.client.submit(
+            run_trial,
+            job,
+            self.spec_future,
+            key=f"trial-{self.study.study_name}-{trial.number}-{trial_id}",
+            pure=False,
+            resources=self.resources,
+        )
+        self.running[future] = (trial_id, trial.number)
+        self._finished.add(future)
+        self._beat(trial_id)
+
+    def _next_finished(self, timeout: float) -> list[tuple[distributed.Future, object]]:
+        """The (future, result) pairs of the tasks that finished, waiting up to `timeout` s for the first."""
+        with self._finished.thread_condition:
+            if not self._finished.has_ready():
+                self._finished.thread_condition.wait(timeout)
+        return self._finished.next_batch(block=False)
+
+    def _collect(self, future: distributed.Future, result) -> tuple[int, int, TrialOutcome]:
+        """Take a finished task out of the running set: (trial id, number, outcome)."""
+        trial_id, number = self.running.pop(future)
+        if future.status == "finished":
+            return trial_id, number, result
+        # The task itself was lost: worker died, cancelled, unpicklable result.
+        error = result[1] if isinstance(result, tuple) else result
+        return (
+            trial_id,
+            number,
+            TrialOutcome(
+                TrialState.FAIL,
+                error={"error_type": "WorkerLost", "error_message": f"{type(error).__name__}: {error}"},
+                retryable=True,
+            ),
+        )
+
+    def _record(self, trial_id: int, number: int, outcome: TrialOutcome) -> None:
+        """Tell the study how a trial ended (failing and re-queueing it if it failed)."""
+        if outcome.state == TrialState.FAIL:
+            self.failed_in_a_row += 1
+            self.last_error = f"{outcome.error.get('error_type')}: {outcome.error.get('error_message')}"
+            fail_and_retry(self.study, trial_id, outcome.error, self.spec.retries if outcome.retryable else 0)
+            self.progress.running = len(self.running)
+            self.progress.finished(number, TrialState.FAIL, None, self.last_error)
+            self.spec.run_callbacks(self.study, trial_id)
+            return
+        self.failed_in_a_row = 0
+        self.study.tell(number, outcome.values, state=outcome.state, skip_if_finished=True)
+        value = outcome.values[0] if outcome.values else None
+        if outcome.state == TrialState.COMPLETE:
+            self.progress.best = self._best()  # the line printed for this trial counts it
+        self.progress.running = len(self.running)
+        self.progress.finished(number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}")
+        self.spec.run_callbacks(self.study, trial_id)
+
+    def _abandon_running(self, reason: str) -> None:
+        """Fail the running trials as `Interrupted`, one line each; their retries wait for the next resume."""
+        self.end_detail = f"{len(self.running)} running trial(s) failed as Interrupted, retries queued"
+        running, self.running = self.running, {}
+        for left, (future, (trial_id, number)) in enumerate(running.items(), 1):
+            future.cancel()
+            fail_and_retry(
+                self.study, trial_id, {"error_type": "Interrupted", "error_message": reason}, self.spec.retries
+            )
+            self.progress.running = len(running) - left
+            self.progress.finished(number, TrialState.FAIL, None, f"Interrupted: {reason}")
+
+    def _best(self) -> float | None:
+        if len(self.study.directions) > 1:
+            return None
+        with contextlib.suppress(ValueError):
+            return self.study.best_value
+        return None
+
+    def _heartbeat(self) -> None:
+        interval = compat.heartbeat_interval(compat.storage_of(self.study))
+        while interval and not self._heartbeat_stop.wait(interval):
+            for trial_id, _ in list(self.running.values()):
+                self._beat(trial_id)
+
+    def _beat(self, trial_id: int) -> None:
+        storage = compat.storage_of(self.study)
+        if not compat.heartbeat_interval(storage):
+            return
+        try:
+            storage.record_heartbeat(trial_id)
+        except Exception as error:  # the server may be restarting; the next beat retries
+            log.warning("heartbeat for trial %s failed: %s", trial_id, error)

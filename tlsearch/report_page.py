@@ -1,0 +1,185 @@
+"""The report's page: its sections, rendered into one self-contained HTML page (plotly.js embedded once).
+
+`report.py` decides what each section shows; this module knows how a section looks and what the page's header
+says about the study.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import math
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tlsearch import study_attrs
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+_STATE_WORDS = {
+    TrialState.COMPLETE: "complete",
+    TrialState.PRUNED: "pruned",
+    TrialState.FAIL: "failed",
+    TrialState.RUNNING: "running",
+    TrialState.WAITING: "waiting",
+}
+
+
+@dataclass
+class Section:
+    """One titled part of the page: figures, and/or a note (plain text), and/or trusted HTML built here.
+
+    `drawings` make the PNGs: each call draws one Matplotlib figure with pyplot and returns what Optuna's
+    `optuna.visualization.matplotlib` functions return (Axes, an array of Axes, or a Figure).
+    """
+
+    slug: str
+    title: str
+    figures: list[go.Figure] = field(default_factory=list)
+    note: str | None = None
+    body_html: str = ""
+    drawings: list[Callable[[], Any]] = field(default_factory=list)
+    pngs: list[Path] = field(default_factory=list)
+    grid: bool = False  # small figures side by side, as many per row as the page width allows
+
+
+def render_page(study: optuna.Study, trials: list[FrozenTrial], sections: list[Section]) -> str:
+    """The whole page: a header about the study, a table of contents, then each section in order."""
+    name = html.escape(study.study_name)
+    parts = [
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Study {name} — tlsearch report</title><style>{_CSS}</style></head><body>",
+        f"<h1>Study {name}</h1>",
+        _render_header(study, trials),
+    ]
+    if not trials:
+        parts.append('<p class="empty">No trials yet.</p>')
+    elif not any(t.state == TrialState.COMPLETE for t in trials):
+        parts.append('<p class="empty">No completed trials yet: nothing to rank or plot against a value.</p>')
+    if len(sections) > 1:
+        links = "".join(f'<li><a href="#{s.slug}">{html.escape(s.title)}</a></li>' for s in sections)
+        parts.append(f"<nav><ul>{links}</ul></nav>")
+    plotlyjs_included = False
+    for section in sections:
+        parts.append(f'<section id="{section.slug}"><h2>{html.escape(section.title)}</h2>')
+        if section.note:
+            parts.append(f'<p class="note">{html.escape(section.note)}</p>')
+        if section.grid:
+            parts.append('<div class="grid">')
+        for i, figure in enumerate(section.figures):
+            figure.update_layout(width=None, autosize=True)  # the page's width, never wider
+            parts.append(
+                figure.to_html(
+                    full_html=False,
+                    include_plotlyjs=not plotlyjs_included,
+                    div_id=f"{section.slug}-{i + 1}",
+                    default_height=f"{figure.layout.height or 560}px",
+                    config={"displaylogo": False, "responsive": True},
+                )
+            )
+            plotlyjs_included = True
+        if section.grid:
+            parts.append("</div>")
+        if section.pngs:
+            links = " ".join(
+                f'<a href="{html.escape(urllib.parse.quote(p.name))}">{html.escape(p.name)}</a>' for p in section.pngs
+            )
+            parts.append(f'<p class="png">PNG: {links}</p>')
+        parts.append(section.body_html + "</section>")
+    parts.append(
+        f"<footer>Written by tlsearch on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}.</footer>"
+        "</body></html>\n"
+    )
+    return "\n".join(parts)
+
+
+def _render_header(study: optuna.Study, trials: list[FrozenTrial]) -> str:
+    names = objective_names(study)
+    directions = ", ".join(f"{n} ({d.name.lower()})" for n, d in zip(names, study.directions))
+    counts = Counter(t.state for t in trials)
+    states = ", ".join(f"{counts[s]} {word}" for s, word in _STATE_WORDS.items() if counts[s]) or "none"
+    rows = [("Directions", directions), ("Trials", f"{len(trials)} ({states})"), ("Best", _best_summary(study, trials))]
+    for label, key in (("Dataset hash", study_attrs.DATASET_HASH), ("Fold plan hash", study_attrs.FOLD_PLAN)):
+        value = _study_attr(study, key)
+        rows.append((label, "—" if value is None else str(value)))
+    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    return f'<table class="header">{cells}</table>'
+
+
+def _best_summary(study: optuna.Study, trials: list[FrozenTrial]) -> str:
+    if not any(t.state == TrialState.COMPLETE for t in trials):
+        return "—"
+    if is_multi_objective(study):
+        return f"{len(study.best_trials)} Pareto-optimal trials"
+    best = study.best_trial
+    return f"{fmt(best.value)} (trial #{best.number})"
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.6g}" if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def fmt_duration(duration: dt.timedelta | None) -> str:
+    if duration is None:
+        return "—"
+    seconds = duration.total_seconds()
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    minutes, seconds = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}"
+
+
+def html_table(head: list[str], rows: list[list[str]], css_class: str) -> str:
+    """An HTML table of plain-text cells (escaped here)."""
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return (
+        f'<table class="trials {css_class}"><thead><tr>'
+        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        + f"</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+def is_multi_objective(study: optuna.Study) -> bool:
+    return len(study.directions) > 1
+
+
+def objective_names(study: optuna.Study) -> list[str]:
+    names = study.metric_names
+    if names:
+        return list(names)
+    return ["Value"] if not is_multi_objective(study) else [f"Objective {i}" for i in range(len(study.directions))]
+
+
+def _study_attr(study: optuna.Study, key: str) -> Any:
+    """A study user attribute, else the system attribute of that name (Optuna 5 exposes those only on storage)."""
+    value = study.user_attrs.get(key)
+    if value is None:
+        value = study_attrs.read(study).get(key)
+    return value
+
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
+h1 { margin-bottom: .3em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }
+table { border-collapse: collapse; } th, td { padding: .3em .7em; text-align: left; vertical-align: top; }
+table.header th { color: #555; font-weight: normal; } table.header td { font-family: ui-monospace, monospace; }
+table.trials { font-size: .9em; } table.trials th { background: #f3f3f3; }
+table.trials td, table.trials th { border: 1px solid #ddd; } table.trials td { font-variant-numeric: tabular-nums; }
+div.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 0 1em; }
+table.failures td:last-child { font-family: ui-monospace, monospace; font-size: .9em; word-break: break-word; }
+nav ul { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: .4em 1.2em; }
+p.empty { font-size: 1.2em; } p.note, p.png, footer { color: #666; } footer { margin-top: 3em; font-size: .8em; }
+"""
