@@ -67,10 +67,91 @@ def test_worker_command_joins_a_scheduler_and_runs_trials(tmp_path):
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 4
 
 
+PACKED = """
+import time
+
+LOG = LOG_PATH
+
+import tlsearch
+
+def fit(params, fold, report):
+    started = time.time()
+    time.sleep(1.5)
+    with open(LOG, "a") as log:  # when each fold ran, as the worker saw it
+        log.write(f"{fold.trial_number} {started} {time.time()}\\n")
+    return float(params["x"])
+
+study = tlsearch.StudySpec(name="packed", dataset="sklearn:iris", model=tlsearch.CustomLoop(fit),
+                           space=lambda trial: {"x": trial.suggest_float("x", 0, 1)}, cv=2,
+                           direction="maximize", n_trials=4)
+"""
+
+
+def test_two_trials_share_one_gpu_and_a_third_waits(tmp_path):
+    """`tlsearch worker --gpus 0 --trials-per-gpu 2` (CUDA_VISIBLE_DEVICES=0 is harmless on a CPU-only
+    host): two trials run on GPU 0 at the same time, never three, and each records its worker and GPU."""
+    from tlsearch import cli
+
+    study_file = tmp_path / "study.py"
+    study_file.write_text(PACKED.replace("LOG_PATH", repr(str(tmp_path / "folds.log"))))
+    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=None) as empty:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "tlsearch", "worker", "--scheduler", empty.scheduler_address]
+            + ["--gpus", "0", "--trials-per-gpu", "2"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"},
+        )
+        try:
+            with distributed.Client(empty) as client:
+                client.wait_for_workers(2, timeout=60)
+                assert cluster.trial_resources(client) == {"GPU": 0.5}
+            code = cli.main(
+                ["run", str(study_file), "--scheduler", empty.scheduler_address, "--home", str(tmp_path / "home")]
+                + ["--progress", "off", "--no-report"]
+            )
+        finally:
+            _stop(worker)
+    assert code == 0
+    assert "starting 2 worker(s) on GPUs 0" in worker.stdout.read()
+    study = study_attrs.load(Stores(home=tmp_path / "home"), "packed")
+    trials = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(trials) == 4
+    assert {t.user_attrs["gpu"] for t in trials} == {"0"}
+    assert len({t.user_attrs["worker"] for t in trials}) == 2
+    spans: dict[str, list[float]] = {}
+    for line in (tmp_path / "folds.log").read_text().splitlines():
+        number, started, ended = line.split()
+        span = spans.setdefault(number, [float(started), float(ended)])
+        span[:] = [min(span[0], float(started)), max(span[1], float(ended))]
+    running_at = [sum(s <= start < e for s, e in spans.values()) for start, _ in spans.values()]
+    assert len(spans) == 4 and max(running_at) == 2, running_at  # two at once on GPU 0, never a third
+    frame = tlsearch_results(tmp_path / "home")
+    assert set(frame["user_attrs_gpu"]) == {"0"} and frame["user_attrs_worker"].nunique() == 2
+
+
+def tlsearch_results(home):
+    from tlsearch.trials_table import results
+
+    return results("packed", home=home)
+
+
 def test_gpu_slots_pin_devices_and_advertise_shares(monkeypatch):
+    for name in ("TF_FORCE_GPU_ALLOW_GROWTH", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
+        monkeypatch.delenv(name, raising=False)
     specs = cluster.worker_specs("0,1", trials_per_gpu=2)
     assert [s["env"]["CUDA_VISIBLE_DEVICES"] for s in specs] == ["0", "0", "1", "1"]
     assert all(s["resources"] == {"GPU": 0.5} for s in specs)
+    assert all(
+        s["env"]["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+        and s["env"]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+        and s["env"]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.450"  # half the GPU each, less the CUDA contexts
+        for s in specs
+    )
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.3")  # the host's own setting wins
+    assert cluster.worker_specs("0", trials_per_gpu=4)[0]["env"]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.3"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     assert [s["env"]["CUDA_VISIBLE_DEVICES"] for s in cluster.worker_specs("all", 1)] == ["3"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

@@ -13,7 +13,7 @@ from search_spaces.mlp import make_mlp
 from search_spaces.optimizers import compile_model
 from tests.test_cv import memory_study
 from tlsearch.cv import describe_failure, evaluate
-from tlsearch.models import NonFiniteLossError
+from tlsearch.models import NonFiniteLossError, _keras
 from tlsearch.study import CustomLoop, KerasModel, SklearnModel, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -211,6 +211,7 @@ def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digi
     scores, trained = {}, {}
     for builder in (deterministic, alternating):
         built.clear()
+        _keras._kept_model.clear()  # no model traced by an earlier test
         spec = StudySpec(
             name="reuse",
             dataset="sklearn:digits",
@@ -224,6 +225,76 @@ def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digi
         trained[builder.__name__] = sum(int(model.optimizer.iterations.numpy()) > 0 for model in built)
     assert trained == {"deterministic": 1, "alternating": 3}
     assert scores["deterministic"] == pytest.approx(scores["alternating"], abs=1e-6)
+
+
+def test_a_trial_reuses_the_model_an_earlier_trial_traced_when_only_its_learning_rate_differs(digits):
+    import keras
+
+    built = []
+
+    def deterministic(params, input_shape, n_classes):
+        built.append(build_mlp(params, input_shape, n_classes))
+        return built[-1]
+
+    def fresh(params, input_shape, n_classes):
+        # The same network behind a new number of Identity layers each time: equal math, a structure never seen
+        # before, so every fold trains the model built for it.
+        inputs = x = keras.Input(input_shape)
+        for _ in range(1 + len(built)):
+            x = keras.layers.Identity()(x)
+        mlp = make_mlp(params["mlp"], input_shape, n_classes, rescale=1 / 16)
+        built.append(compile_model(keras.Model(inputs, mlp(x)), params["optimizer"], n_classes))
+        return built[-1]
+
+    def trial(builder, units=(32, 16), learning_rate=0.01, weight_decay=None):
+        """(fold scores, how many of the models built for the trial were trained)."""
+        params = {
+            "mlp": {"units": list(units), "dropout": 0.2, "activation": "relu", "batch_norm": True},
+            "optimizer": {"name": "adam", "learning_rate": learning_rate, "weight_decay": weight_decay},
+        }
+        spec = StudySpec(
+            name="reuse-across-trials",
+            dataset="sklearn:digits",
+            space=params,
+            cv=3,
+            metric="accuracy",
+            model=KerasModel(builder, epochs=2, batch_size=64),
+        )
+        first = len(built)
+        attrs = run(spec, digits).user_attrs
+        trained = sum(int(model.optimizer.iterations.numpy()) > 0 for model in built[first:])
+        return [attrs[f"split{k}_test_score"] for k in range(3)], trained
+
+    _keras._kept_model.clear()
+    first_scores, first_trained = trial(deterministic)
+    later_scores, later_trained = trial(deterministic, learning_rate=0.003)
+    assert (first_trained, later_trained) == (1, 0)  # the later trial trained the first trial's model
+    assert first_scores == pytest.approx(trial(fresh)[0], abs=1e-6)
+    assert later_scores == pytest.approx(trial(fresh, learning_rate=0.003)[0], abs=1e-6)
+    assert trial(deterministic, units=(32,))[1] == 1  # another architecture: built and traced anew
+    assert trial(deterministic, weight_decay=1e-4)[1] == 1  # a constant of the traced update: anew too
+
+
+def test_steps_per_call_leave_the_scores_as_they_are_and_stay_at_one_under_the_studys_callbacks(digits):
+    built, scores = [], {}
+
+    def recorded(params, input_shape, n_classes):
+        built.append(build_mlp(params, input_shape, n_classes))
+        return built[-1]
+
+    for callbacks in (None, lambda trial_number, fold_index: []):
+        built.clear()
+        spec = StudySpec(
+            name="steps-per-call",  # the same name, so the same fold seeds
+            dataset="sklearn:digits",
+            space=SMALL_MLP,
+            cv=2,
+            metric="accuracy",
+            model=KerasModel(recorded, epochs=2, batch_size=64, callbacks=callbacks),
+        )
+        scores[callbacks is None] = [run(spec, digits).user_attrs[f"split{k}_test_score"] for k in range(2)]
+        assert built[0].steps_per_execution == (_keras.STEPS_PER_EXECUTION if callbacks is None else 1)
+    assert scores[True] == pytest.approx(scores[False], abs=1e-6)
 
 
 def _backend_state():

@@ -212,7 +212,8 @@ def visible_gpus() -> list[str]:
 
 def worker_specs(gpus: str, trials_per_gpu: int, cpu_workers: int | None = None) -> list[dict]:
     """One Dask worker process per trial slot: `trials_per_gpu` per GPU, each pinned with
-    CUDA_VISIBLE_DEVICES and advertising its GPU share; with no GPU, one CPU worker per core."""
+    CUDA_VISIBLE_DEVICES, advertising its GPU share and allocating GPU memory on demand (`gpu_memory_env`);
+    with no GPU, one CPU worker per core."""
     if trials_per_gpu < 1:
         raise TLSearchError(f"--trials-per-gpu must be at least 1, got {trials_per_gpu}")
     ids = visible_gpus() if gpus == "all" else [g.strip() for g in gpus.split(",") if g.strip()]
@@ -222,10 +223,23 @@ def worker_specs(gpus: str, trials_per_gpu: int, cpu_workers: int | None = None)
         ]
     share = 1.0 / trials_per_gpu
     return [
-        {"env": {"CUDA_VISIBLE_DEVICES": gpu}, "resources": {"GPU": share}}
+        {"env": {"CUDA_VISIBLE_DEVICES": gpu, **gpu_memory_env(trials_per_gpu)}, "resources": {"GPU": share}}
         for gpu in ids
         for _ in range(trials_per_gpu)
     ]
+
+
+def gpu_memory_env(trials_per_gpu: int) -> dict[str, str]:
+    """Environment for a worker sharing its GPU with `trials_per_gpu - 1` others: every backend allocates
+    GPU memory as it needs it instead of reserving most of the GPU at start (TensorFlow: memory growth;
+    JAX: no preallocation), and JAX caps each worker at its share of the GPU, with some room left for the
+    CUDA context of each. A value already set in this host's environment wins."""
+    wanted = {
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{0.9 / trials_per_gpu:.3f}",
+    }
+    return {name: os.environ.get(name, value) for name, value in wanted.items()}
 
 
 async def run_workers(

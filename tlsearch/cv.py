@@ -122,6 +122,7 @@ def evaluate(
     dataset_hash: str = "",
     fold_plan_hash: str = "",
     artifact_store: Any = None,
+    placement: Mapping[str, str] | None = None,
 ) -> float | list[float]:
     """Sample the trial's params, then train and score each fold; return the mean score (one per objective).
 
@@ -133,6 +134,7 @@ def evaluate(
     nothing (Optuna cannot prune them). Errors from the space, the model or training propagate unchanged.
     With `spec.keep_predictions` and an `artifact_store`, each fold's validation predictions are kept as a
     trial artifact `predictions.npz` (`fold{k}_index`: dataset rows, `fold{k}_predictions`).
+    `placement` (where the trial runs: `worker`, and `gpu` on a GPU worker) is stored with the first fold.
     """
     params = spaces.sample(trial, spec.space)
     if not isinstance(params, dict):
@@ -140,9 +142,8 @@ def evaluate(
             f"space of study {spec.name!r} returned {type(params).__name__}, expected a dict of hyperparameters"
         )
     trainer = spec.model.trainer(spec, arrays)
-    recorder = _ResultRecorder(
-        trial, spec, {"dataset_hash": dataset_hash, "fold_plan_hash": fold_plan_hash, "n_splits": len(folds)}
-    )
+    first_attrs = {"dataset_hash": dataset_hash, "fold_plan_hash": fold_plan_hash, "n_splits": len(folds)}
+    recorder = _ResultRecorder(trial, spec, {**first_attrs, **(placement or {})})
     try:
         return _run_folds(trial, spec, arrays, folds, params, trainer, recorder, artifact_store)
     finally:

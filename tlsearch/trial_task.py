@@ -93,6 +93,7 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
             dataset_hash=job.dataset_hash,
             fold_plan_hash=job.fold_plan_hash,
             artifact_store=job.stores.artifact_store() if spec.keep_predictions else None,
+            placement=_placement(worker),
         )
     except optuna.TrialPruned:
         return TrialOutcome(TrialState.PRUNED, worker=worker, seconds=time.perf_counter() - started)
@@ -106,6 +107,13 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
         )
     values = [float(values)] if np.isscalar(values) else [float(v) for v in values]
     return TrialOutcome(TrialState.COMPLETE, values, worker=worker, seconds=time.perf_counter() - started)
+
+
+def _placement(worker: str) -> dict[str, str]:
+    """Where this trial runs, for its user attributes: the worker (host:pid) and, on a GPU worker (see
+    tlsearch.cluster.worker_specs), the GPU it is pinned to."""
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return {"worker": worker, "gpu": gpu} if gpu.strip() not in ("", "-1") else {"worker": worker}
 
 
 @functools.cache

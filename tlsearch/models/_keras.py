@@ -24,6 +24,12 @@ from tlsearch.spec_checks import is_int, require
 _keras_ready = False
 _import_lock = threading.Lock()  # a worker imports Keras in the background while its first trial may start
 _cpu_threads: int | None = None  # set in worker processes: see prepare_worker
+# This process's last traced model, by structure, for the next trial of the same structure: see _reuse_trained.
+_kept_model: dict[str, Any] = {}
+# Training steps per call into the backend when a study leaves steps_per_execution at 1 and has no callbacks of
+# its own (Keras calls batch-level callbacks once per call, so theirs would see fewer batches): a step of a
+# small model is mostly Python overhead, and this made a warm 3-epoch fit of the digits MLP 2.7x faster.
+STEPS_PER_EXECUTION = 32
 
 
 def prepare_worker(cpu_threads: int) -> None:
@@ -188,24 +194,39 @@ class _KerasRegressorView:
         return predictions[:, 0] if predictions.ndim == 2 and predictions.shape[1] == 1 else predictions
 
 
-def _structure(model: Any) -> str | None:
-    """What two compiled models built from the same params must share for one to stand in for the other:
-    their classes, configs and compile settings with the names Keras numbers per build (layers, the optimizer)
-    replaced by positions, and their variables' shapes and dtypes. None when the model cannot describe itself
-    (it is then never reused)."""
+def _structure(model: Any) -> tuple[str | None, bool]:
+    """(structure, portable). The structure is what two compiled models must share for one to stand in for
+    the other: their classes, configs and compile settings with the names Keras numbers per build (layers,
+    the optimizer) replaced by positions and a constant learning rate left out (it is a variable, reset with
+    the initial state), and their variables' shapes and dtypes; None when the model cannot describe itself
+    (it is then never reused). Portable: the structure holds plain values only, no object that stands for
+    itself (e.g. a custom loss function, which may capture a trial's hyperparameters), so models of
+    different params with that structure are interchangeable; otherwise only models built from the same
+    params are (the folds of one trial)."""
+    opaque: list[Any] = []
+
+    def describe(value: Any) -> str:
+        opaque.append(value)
+        return repr(value)
+
     try:
         layers, pending = [model], [model]
         while pending:
             inner = getattr(pending.pop(), "layers", None) or []
             layers += inner
             pending += inner
-        config = [type(model).__qualname__, model.get_config(), model.get_compile_config()]
+        compile_config = model.get_compile_config()
+        optimizer = (compile_config.get("optimizer") or {}).get("config", {})
+        if isinstance(optimizer.get("learning_rate"), (int, float)):
+            optimizer["learning_rate"] = "#variable"
+        compile_config["steps_per_execution"] = model.steps_per_execution  # as set for training: see _fit
+        config = [type(model).__qualname__, model.get_config(), compile_config]
         positions = {layer.name: f"#{position}" for position, layer in enumerate(layers)}
         positions[model.optimizer.name] = "#optimizer"
         shapes = [(tuple(variable.shape), str(variable.dtype)) for variable in model.variables]
-        return json.dumps([_renamed(config, positions), shapes], sort_keys=True, default=repr)
+        return json.dumps([_renamed(config, positions), shapes], sort_keys=True, default=describe), not opaque
     except Exception:  # a subclassed model or custom object without a serialisable config
-        return None
+        return None, False
 
 
 def _renamed(value: Any, names: dict[str, str]) -> Any:
@@ -237,7 +258,12 @@ class KerasTrainer:
 
     Later folds of a trial train the model of its first fold, reset to the initial state of a model
     freshly built (with the fold's seed) for that fold: the same scores as training the fresh model,
-    without tracing the training functions again. `close()` frees the trial's model.
+    without tracing the training functions again; so does the next trial on this worker whose model has
+    the same structure (see `_structure`: e.g. another learning rate). `close()` frees the trial's
+    graphs; the worker keeps its last traced model only.
+
+    A model compiled with the default steps_per_execution=1 runs STEPS_PER_EXECUTION steps per call unless the
+    study has callbacks of its own: the same steps and scores, less overhead.
 
     Scores: "loss" and any metric the compiled model reports (model.evaluate) are taken from Keras;
     any other name is a scikit-learn scorer, applied to the model's predictions.
@@ -286,7 +312,8 @@ class KerasTrainer:
         )
 
     def close(self) -> None:
-        """Free the trial's model, graphs and weights: a worker runs many trials and must not grow."""
+        """Free the trial's graphs and the models it built: a worker runs many trials and must not grow (it keeps
+        one traced model only, for the next trial of the same structure)."""
         if self._trained is None and self._gradients_before is None:
             return
         keras = import_keras()
@@ -336,6 +363,8 @@ class KerasTrainer:
             )
         callbacks.extend(user_callbacks)
         model = self._build(keras, params)
+        if spec.callbacks is None and model.steps_per_execution == 1:
+            model.steps_per_execution = STEPS_PER_EXECUTION
         if reuse:
             model = self._reuse_trained(model)
         history = model.fit(
@@ -364,9 +393,12 @@ class KerasTrainer:
         initial state copied in, when both have the same structure; else `fresh`, kept for the next fold.
 
         Rebuilding is cheap; the first fit of a model is not (Keras traces and builds its training and
-        evaluation functions), so later folds of a trial train the already traced model.
+        evaluation functions), so later folds of a trial, and later trials of the same structure on this
+        worker, train the already traced model.
         """
-        structure = _structure(fresh)
+        structure, portable = _structure(fresh)
+        if self._trained is None and portable and structure in _kept_model:  # traced by an earlier trial
+            self._trained, self._trained_structure = _kept_model[structure], structure
         if (
             self._trained is not None
             and structure is not None
@@ -375,6 +407,9 @@ class KerasTrainer:
         ):
             return self._trained
         self._trained, self._trained_structure = fresh, structure
+        _kept_model.clear()
+        if portable:
+            _kept_model[structure] = fresh
         return fresh
 
     def score(self, model: Any, x: np.ndarray, y: np.ndarray) -> list[float]:
