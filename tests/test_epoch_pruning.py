@@ -125,3 +125,7 @@ def test_a_keras_run_stops_a_hopeless_trial_at_an_epoch_and_says_why(tmp_path):
     assert cli.main(["trials", "epochs", "--home", str(home), "--format", "csv", "-o", str(table)]) == 0
     shown = pd.read_csv(table).set_index("number")["prune_reason"]
     assert shown[3].startswith("pruned at epoch 1 of fold 0 of 2: ")
+    from tlsearch.report import write_report
+
+    page = write_report(study, tmp_path / "report.html").read_text()
+    assert "pruned at epoch 1 of fold 0 of 2" in page
