@@ -1,38 +1,45 @@
 """Search quality at equal compute: how good a model each pruning strategy finds, re-evaluated on fresh seeds.
 
 Each study is searched once per strategy and seed with the same space, the same TPE sampler seed and the same
-compute budget in folds (a no-pruning study's `--trials` trials x K folds): pruning strategies spend what they
-save on more trials. Trials run in one process with an in-memory Optuna study through tlsearch.cv.evaluate, as
-on a worker, with the pruner objects users get. Studies:
+compute budget: a no-pruning study's `--trials` trials x K folds, in folds, or in fold-epochs for studies
+trained in epochs (x the epochs per fold); pruning strategies spend what they save on more trials. Trials run
+in one process with an in-memory Optuna study through tlsearch.cv.evaluate, as on a worker, with the pruner
+objects users get. Studies:
 
     synthetic   a 5-fold objective with a known truth: 4 floats and a categorical, fold difficulty, a
                 trial x fold interaction and run-to-run noise (sd 0.015, as Keras on digits)
+    synth-ep    the same trained in 9 epochs per fold: a learning curve whose speed grows with x1 (the optimum
+                learns fast, not fastest) and per-epoch noise, ending at the synthetic fold score
     gboost      scikit-learn HistGradientBoosting on breast_cancer, 5-fold (search_spaces.tree_ensembles)
-    mlp         the Keras MLP on digits (studies/digits_mlp.py's space), 3-fold, 8 epochs
-    cnn         the Keras CNN on digits as 8x8 images (studies/images_cnn.py's space), 3-fold, 6 epochs
+    mlp         the Keras MLP on digits (studies/digits_mlp.py: its space, 8 epochs, early stopping), 3-fold
+    cnn         the Keras CNN on digits as 8x8 images (studies/images_cnn.py: 6 epochs), 3-fold
 
 Strategies: no pruning; MedianPruner on the running mean; SuccessiveHalvingPruner and HyperbandPruner with
 folds as the resource; WilcoxonPruner (each fold's score); the KFoldPruner of commit 014f684 (old, read from
-git); tlsearch's default KFoldPruner (new).
+git; left out with a note where git or the commit is missing); tlsearch's default KFoldPruner (new); and for
+studies trained in epochs, KFoldPruner(epochs=EpochPruning()) (+epochs: successive halving on epochs inside
+the first fold, then the fold rule) and, on the MLP, KerasTuner's Hyperband (same space via the study's own
+space function, max_epochs = the study's epochs, factor 3, trained on fold 0's training rows and scored on
+its validation rows, stopped at the same budget in epochs; its pick is then re-evaluated like the others).
 
-Measures, per study x strategy (means over seeds): compute in folds, fold-epochs (Keras) and CPU-seconds;
-the pick (the best complete trial by CV mean) re-evaluated: its params trained again on all folds of 3 fresh
-fold splits with fresh seeds, mean (the synthetic study's truth instead); regret = best known re-evaluated
-score - the pick's; the compute spent when the pick was first within 0.5% of the best known (cheap studies
-only; "-" if never); each ratio to no pruning.
+Measures, per study x strategy (means over seeds): compute in folds, fold-epochs and CPU-seconds; the pick
+(the best complete trial by CV mean) re-evaluated: its params trained again on all folds of 3 fresh fold
+splits with fresh seeds, mean (the synthetic studies' truth instead); regret = best known re-evaluated score -
+the pick's; the compute spent when the pick was first within 0.5% of the best known (synthetic studies only;
+"-" if never); each ratio to no pruning.
 
-    python bench/search_quality.py --quick          # all four studies, small budgets (see below)
+    python bench/search_quality.py --quick          # every study end to end, small budgets (see --quick's note)
     python bench/search_quality.py                  # 10 seeds synthetic, 5 gboost, 3 Keras, full budgets
 
-CPU cost measured on 2 cores shared with other jobs: a synthetic search is about 1 CPU-s, a gboost one 20-40
-CPU-s, a Keras MLP one (6 trials x 3 folds) about 125 CPU-s; so --quick fits 10 minutes only for
-`--studies synthetic gboost` on an idle machine, and the Keras studies need hours there (a GPU or more cores).
-    python bench/search_quality.py --studies synthetic gboost --seeds 10
+CPU cost on 2 shared cores: a synthetic search is about 1 CPU-s, a gboost one 20-40 CPU-s, a Keras MLP one of
+5 trials x 3 folds x 4 epochs about 50 CPU-s; the full Keras plans need hours there (a GPU or more cores).
+    python bench/search_quality.py --studies synthetic synth-ep --seeds 20
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import math
 import statistics
@@ -52,7 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tlsearch import cv  # noqa: E402
-from tlsearch.pruners import KFoldPruner  # noqa: E402
+from tlsearch.pruners import EpochPruning, KFoldPruner  # noqa: E402
 from tlsearch.study import CustomLoop, SklearnModel, StudySpec  # noqa: E402
 
 OLD_PRUNER_COMMIT = "014f684"
@@ -60,31 +67,43 @@ REACH = 0.005  # "within 0.5% of the best known"
 REEVALUATIONS = 3
 
 
-def old_kfold_pruner() -> optuna.pruners.BasePruner:
-    """The KFoldPruner as it was before issue 15, loaded from git so the comparison stays exact."""
-    source = subprocess.run(
-        ["git", "show", f"{OLD_PRUNER_COMMIT}:tlsearch/pruners.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+def old_kfold_pruner_class() -> type | None:
+    """The KFoldPruner as it was before issue 15, read from git so the comparison stays exact; None (with a
+    note) where git or that commit is missing, e.g. in an unpacked release."""
+    try:
+        source = subprocess.run(
+            ["git", "show", f"{OLD_PRUNER_COMMIT}:tlsearch/pruners.py"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"note: no 'KFoldPruner (old)' row: cannot read commit {OLD_PRUNER_COMMIT} with git ({exc})")
+        return None
     spec = importlib.util.spec_from_loader("old_pruners", loader=None)
     module = importlib.util.module_from_spec(spec)
     exec(compile(source, f"{OLD_PRUNER_COMMIT}:tlsearch/pruners.py", "exec"), module.__dict__)
-    return module.KFoldPruner()
+    return module.KFoldPruner
 
 
-def strategies(n_folds: int) -> dict[str, Callable[[], optuna.pruners.BasePruner]]:
-    return {
+def strategies(n_folds: int, epochs: bool) -> dict[str, Callable[[], optuna.pruners.BasePruner] | str]:
+    """Strategy name -> pruner factory, or "kerastuner" for KerasTuner's own Hyperband search."""
+    chosen: dict[str, Callable[[], optuna.pruners.BasePruner] | str] = {
         "no pruning": optuna.pruners.NopPruner,
         "MedianPruner": optuna.pruners.MedianPruner,
         "SuccessiveHalving": lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=1),
         "Hyperband": lambda: optuna.pruners.HyperbandPruner(min_resource=1, max_resource=n_folds),
         "WilcoxonPruner": lambda: optuna.pruners.WilcoxonPruner(p_threshold=0.1),
-        "KFoldPruner (old)": old_kfold_pruner,
-        "KFoldPruner (new)": KFoldPruner,
     }
+    old = old_kfold_pruner_class()
+    if old is not None:
+        chosen["KFoldPruner (old)"] = old
+    chosen["KFoldPruner (new)"] = KFoldPruner
+    if epochs:
+        chosen["KFoldPruner+epochs"] = lambda: KFoldPruner(epochs=EpochPruning())
+        chosen["KerasTuner Hyperband"] = "kerastuner"
+    return chosen
 
 
 # ---------------------------------------------------------------- studies
@@ -100,6 +119,12 @@ class Study:
     n_folds: int
     truth: Callable[[dict], float] | None = None  # the known expected score of params (synthetic only)
     cheap: bool = True  # whether every pick along the way is re-evaluated (compute to reach): synthetic only
+    epochs: int | None = None  # Keras: epochs per fold; the budget is then in fold-epochs
+    build: Callable | None = None  # Keras: the study's model builder (for KerasTuner)
+
+    def spent(self, done: Search) -> int:
+        """Compute in the budget's unit: fold-epochs for Keras, folds otherwise."""
+        return done.fold_epochs if self.epochs else done.folds
 
 
 SYNTHETIC_NOISE = 0.015
@@ -146,6 +171,37 @@ def synthetic_study() -> Study:
     return Study("synthetic", make_spec, {"X": rows, "y": rows[:, 0]}, 5, truth=synthetic_truth)
 
 
+SYNTHETIC_EPOCHS = 9
+SYNTHETIC_EPOCH_NOISE = 0.01
+
+
+def synthetic_epochs_fold(params: dict, fold, report) -> float:
+    """A synthetic fold trained in SYNTHETIC_EPOCHS epochs, ending at `synthetic_fold`'s score: a learning curve
+    whose speed grows with x1 (the optimum, x1 = 0.7, learns fast but not fastest) plus per-epoch noise. Calls
+    the fold's epoch hook after each epoch, as the Keras trainer does."""
+    final = synthetic_fold(params, fold, report)
+    speed = 0.3 + 1.5 * params["x1"]
+    rng = np.random.default_rng(fold.seed + 1)
+    for epoch in range(1, SYNTHETIC_EPOCHS + 1):
+        lag = 0.3 * (math.exp(-speed * epoch) - math.exp(-speed * SYNTHETIC_EPOCHS))
+        score = final - lag + (rng.normal(0.0, SYNTHETIC_EPOCH_NOISE) if epoch < SYNTHETIC_EPOCHS else 0.0)
+        report(score, epoch)
+        if fold.epoch_hook is not None:
+            fold.epoch_hook(epoch, SYNTHETIC_EPOCHS, lambda: score)
+    return final
+
+
+def synthetic_epochs_study() -> Study:
+    base = synthetic_study()
+
+    def make_spec(seed, pruner, splitter):
+        spec = base.make_spec(seed, pruner, splitter)
+        spec.model = CustomLoop(synthetic_epochs_fold)
+        return spec
+
+    return Study("synth-ep", make_spec, base.arrays, 5, truth=synthetic_truth, epochs=SYNTHETIC_EPOCHS)
+
+
 def gboost_study() -> Study:
     from sklearn.datasets import load_breast_cancer
 
@@ -171,19 +227,20 @@ def gboost_study() -> Study:
     return Study("gboost", make_spec, {"X": X, "y": y}, 5, cheap=False)
 
 
-def keras_study(study_file: str, n_folds: int, cheap: bool) -> Study:
+def keras_study(study_file: str, n_folds: int, cheap: bool, epochs: int | None = None) -> Study:
     from sklearn.datasets import load_digits
 
     from tlsearch.study import load_study_file
 
     base = load_study_file(ROOT / "studies" / study_file)
+    model = base.model if epochs is None else dataclasses.replace(base.model, epochs=epochs)
 
     def make_spec(seed, pruner, splitter):
         return StudySpec(
             name=base.name,
             dataset=base.dataset,
             space=base.space,
-            model=base.model,
+            model=model,
             cv=splitter or n_folds,
             metric="accuracy",
             sampler=optuna.samplers.TPESampler(seed=seed),
@@ -192,7 +249,8 @@ def keras_study(study_file: str, n_folds: int, cheap: bool) -> Study:
         )
 
     X, y = load_digits(return_X_y=True)
-    return Study(base.name, make_spec, {"X": X.astype("float32"), "y": y}, n_folds, cheap=cheap)
+    arrays = {"X": X.astype("float32"), "y": y}
+    return Study(base.name, make_spec, arrays, n_folds, cheap=cheap, epochs=model.epochs, build=model.build)
 
 
 # ---------------------------------------------------------------- searching
@@ -210,14 +268,19 @@ class Search:
     picks: list[tuple[int, dict]] = field(default_factory=list)  # (folds spent so far, pick's params)
 
 
+def in_memory_study(spec: StudySpec) -> optuna.Study:
+    """An in-memory Optuna study as the driver opens one (directions, sampler, pruner)."""
+    return optuna.create_study(directions=list(spec.directions), sampler=spec.sampler, pruner=spec.pruner)
+
+
 def search(study: Study, make_pruner, seed: int, budget: int) -> Search:
-    """Run TPE trials until `budget` folds are spent; record the pick after each trial."""
+    """Run TPE trials until `budget` (folds, or fold-epochs for Keras) is spent; record the pick after each trial."""
     spec = study.make_spec(seed, make_pruner(), None)
     folds = list(spec.cv.split(study.arrays["X"], study.arrays["y"]))
-    optuna_study = spec.create_study()
+    optuna_study = in_memory_study(spec)
     done = Search()
     started = time.process_time()
-    while done.folds < budget:
+    while study.spent(done) < budget:
         trial = optuna_study.ask()
         try:
             optuna_study.tell(trial, cv.evaluate(trial, spec, study.arrays, folds))
@@ -228,10 +291,101 @@ def search(study: Study, make_pruner, seed: int, budget: int) -> Search:
         done.trials += 1
         done.folds += attrs["n_folds_run"]
         done.fold_epochs += sum(attrs.get(f"split{k}_n_epochs", 1) for k in range(attrs["n_folds_run"]))
+        done.fold_epochs += attrs.get("prune_reason", {}).get("epoch", 0)  # the epochs of a fold stopped midway
         best = _best_params(optuna_study)
         if best is not None and (not done.picks or done.picks[-1][1] != best):
-            done.picks.append((done.folds, best))
+            done.picks.append((study.spent(done), best))
     done.cpu_seconds = time.process_time() - started
+    return done
+
+
+class _HyperParametersAsTrial:
+    """An Optuna-trial look-alike over KerasTuner's HyperParameters, so the study's own space defines both."""
+
+    def __init__(self, hp) -> None:
+        self.hp = hp
+
+    def suggest_int(self, name, low, high, *, step=1, log=False):
+        return self.hp.Int(name, low, high, step=None if log else step, sampling="log" if log else "linear")
+
+    def suggest_float(self, name, low, high, *, step=None, log=False):
+        return self.hp.Float(name, low, high, step=step, sampling="log" if log else "linear")
+
+    def suggest_categorical(self, name, choices):
+        if list(choices) == [False, True]:
+            return self.hp.Boolean(name)
+        return self.hp.Choice(name, list(choices))
+
+
+def _without_tensorboard() -> None:
+    """KerasTuner imports TensorBoard's hparams plugin on the TensorFlow backend even with no TensorBoard
+    callback (the only case it uses it for); tensorflow-cpu no longer brings tensorboard, so stand in for it."""
+    try:
+        import tensorboard.plugins.hparams.api  # noqa: F401
+    except ImportError:
+        import types
+
+        for name in ("tensorboard", "tensorboard.plugins", "tensorboard.plugins.hparams"):
+            sys.modules.setdefault(name, types.ModuleType(name))
+        sys.modules["tensorboard.plugins.hparams"].api = sys.modules.setdefault(
+            "tensorboard.plugins.hparams.api", types.ModuleType("tensorboard.plugins.hparams.api")
+        )
+
+
+def kerastuner_search(study: Study, seed: int, budget: int) -> Search:
+    """KerasTuner's Hyperband on the same space and epochs per fold (max_epochs), trained on fold 0's training
+    rows and scored on its validation rows, stopped once `budget` epochs are spent; its pick is its best."""
+    import tempfile
+
+    _without_tensorboard()
+    import keras_tuner
+
+    from tlsearch.models import import_keras
+
+    keras = import_keras()
+    spec = study.make_spec(seed, optuna.pruners.NopPruner(), None)
+    X, y = study.arrays["X"], study.arrays["y"]
+    train, valid = next(iter(spec.cv.split(X, y)))
+    n_classes = len(np.unique(y))
+    done = Search()
+
+    def build(hp):
+        return study.build(spec.space(_HyperParametersAsTrial(hp)), X.shape[1:], n_classes)
+
+    with tempfile.TemporaryDirectory() as folder:
+        tuner = keras_tuner.Hyperband(
+            build,
+            objective=keras_tuner.Objective("val_accuracy", "max"),
+            max_epochs=study.epochs,
+            factor=3,
+            hyperband_iterations=1000,  # stopped by the budget instead
+            seed=seed,
+            directory=folder,
+            overwrite=True,
+        )
+
+        class Budget(keras.callbacks.Callback):
+            # KerasTuner deep-copies callbacks for each trial: what they share lives on the class
+            search, oracle = done, tuner.oracle
+
+            def on_epoch_end(self, epoch, logs=None):
+                Budget.search.fold_epochs += 1
+                if Budget.search.fold_epochs >= budget:  # no more trials: the oracle stops at max_trials
+                    Budget.oracle.max_trials = len(Budget.oracle.trials)
+
+        started = time.process_time()
+        tuner.search(
+            X[train],
+            y[train],
+            validation_data=(X[valid], y[valid]),
+            batch_size=spec.model.batch_size,
+            callbacks=[Budget()],
+            verbose=0,
+        )
+        done.cpu_seconds = time.process_time() - started
+        done.trials = len(tuner.oracle.trials)
+        best = tuner.get_best_hyperparameters(1)[0].values
+        done.picks.append((done.fold_epochs, {key: value for key, value in best.items() if "tuner/" not in key}))
     return done
 
 
@@ -246,8 +400,9 @@ class Reevaluator:
     """The re-evaluated score of params: the known truth, or the mean CV score over REEVALUATIONS fresh fold
     splits and seeds (cached per params)."""
 
-    def __init__(self, study: Study) -> None:
+    def __init__(self, study: Study, repeats: int = REEVALUATIONS) -> None:
         self.study = study
+        self.repeats = repeats
         self.cache: dict[tuple, float] = {}
 
     def __call__(self, params: dict) -> float:
@@ -260,12 +415,12 @@ class Reevaluator:
         from sklearn.model_selection import StratifiedKFold
 
         scores = []
-        for repeat in range(REEVALUATIONS):
+        for repeat in range(self.repeats):
             fresh = 10_000 + repeat
             splitter = StratifiedKFold(self.study.n_folds, shuffle=True, random_state=fresh)
             spec = self.study.make_spec(fresh, optuna.pruners.NopPruner(), splitter)
             folds = list(splitter.split(self.study.arrays["X"], self.study.arrays["y"]))
-            optuna_study = spec.create_study()
+            optuna_study = in_memory_study(spec)
             optuna_study.enqueue_trial(params)
             scores.append(cv.evaluate(optuna_study.ask(), spec, self.study.arrays, folds))
         return float(np.mean(scores))
@@ -336,8 +491,8 @@ def print_table(rows: list[dict]) -> None:
         )
     print(
         "(means over seeds; compute budget equal per study: pruning strategies run more trials; 'regret/none' is "
-        "the regret's ratio to no pruning; 'reach 0.5%': folds spent when the pick was first within 0.5% of the "
-        "best known, over the seeds that got there)"
+        "the regret's ratio to no pruning; 'reach 0.5%': compute (folds, or fold-epochs for studies trained in "
+        "epochs) spent when the pick was first within 0.5% of the best known, over the seeds that got there)"
     )
 
 
@@ -345,18 +500,36 @@ def print_table(rows: list[dict]) -> None:
 
 PLANS = {  # study -> (trials of a no-pruning budget, seeds), full and --quick
     "synthetic": ((60, 10), (40, 5)),
-    "gboost": ((40, 5), (20, 2)),
-    "mlp": ((24, 3), (6, 1)),
-    "cnn": ((20, 3), (6, 1)),
+    "synth-ep": ((40, 10), (40, 3)),
+    "gboost": ((40, 5), (15, 1)),
+    "mlp": ((24, 3), (5, 1)),
+    "cnn": ((20, 3), (4, 1)),
 }
+QUICK_EPOCHS = 4  # --quick: Keras epochs per fold
+QUICK_KERAS_STRATEGIES = ("no pruning", "KFoldPruner (new)", "KFoldPruner+epochs", "KerasTuner Hyperband")
 
 
-def make_study(name: str) -> Study:
+def make_study(name: str, quick: bool) -> Study:
     if name == "synthetic":
         return synthetic_study()
+    if name == "synth-ep":
+        return synthetic_epochs_study()
     if name == "gboost":
         return gboost_study()
-    return keras_study("digits_mlp.py" if name == "mlp" else "images_cnn.py", 3, cheap=False)
+    file = "digits_mlp.py" if name == "mlp" else "images_cnn.py"
+    return keras_study(file, 3, cheap=False, epochs=QUICK_EPOCHS if quick else None)
+
+
+def chosen_strategies(study: Study, name: str, wanted: list[str] | None, quick: bool) -> dict:
+    """The strategies to run on `study`: all that apply (KerasTuner on the MLP only), or `wanted`; with
+    --quick, only the main ones on the Keras studies. No pruning always runs: it is the reference."""
+    if wanted is None and quick and study.build is not None:
+        wanted = list(QUICK_KERAS_STRATEGIES)
+    return {
+        key: make
+        for key, make in strategies(study.n_folds, epochs=study.epochs is not None).items()
+        if (not wanted or key in wanted or key == "no pruning") and (make != "kerastuner" or name == "mlp")
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -364,38 +537,48 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="small budgets and fewer seeds")
     parser.add_argument("--studies", nargs="+", choices=list(PLANS), default=list(PLANS))
     parser.add_argument("--strategies", nargs="+", help="only these strategies (names as printed)")
-    parser.add_argument("--trials", type=int, help="budget: this many no-pruning trials' folds")
+    parser.add_argument("--trials", type=int, help="budget: this many no-pruning trials' folds (or fold-epochs)")
     parser.add_argument("--seeds", type=int, help="seeds per study")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # WilcoxonPruner
     warnings.filterwarnings("ignore", category=UserWarning)
+    if args.quick:
+        print(
+            f"--quick: small budgets, 1-5 seeds, Keras studies at {QUICK_EPOCHS} epochs per fold with "
+            f"{', '.join(QUICK_KERAS_STRATEGIES)} only and 1 re-evaluation: it shows the benchmark runs, its "
+            "figures are not the benchmark's"
+        )
 
     rows = []
     for name in args.studies:
-        study = make_study(name)
+        study = make_study(name, args.quick)
         n_trials, n_seeds = PLANS[name][1 if args.quick else 0]
         n_trials, n_seeds = args.trials or n_trials, args.seeds or n_seeds
-        budget = n_trials * study.n_folds
-        chosen = {
-            key: make
-            for key, make in strategies(study.n_folds).items()
-            if not args.strategies or key in args.strategies or key == "no pruning"
-        }
-        print(
-            f"{name}: budget {budget} folds ({n_trials} trials x {study.n_folds} folds), {n_seeds} seed(s)", flush=True
+        budget = n_trials * study.n_folds * (study.epochs or 1)
+        unit = (
+            f"fold-epochs ({n_trials} trials x {study.n_folds} folds x {study.epochs} epochs)"
+            if study.epochs
+            else (f"folds ({n_trials} trials x {study.n_folds} folds)")
         )
+        chosen = chosen_strategies(study, name, args.strategies, args.quick)
+        print(f"{name}: budget {budget} {unit}, {n_seeds} seed(s)", flush=True)
         runs: dict[str, list[Search]] = {key: [] for key in chosen}
-        for seed in range(n_seeds):
+        for seed in range(args.first_seed, args.first_seed + n_seeds):
             for key, make_pruner in chosen.items():
-                done = search(study, make_pruner, seed, budget)
+                if make_pruner == "kerastuner":
+                    done = kerastuner_search(study, seed, budget)
+                else:
+                    done = search(study, make_pruner, seed, budget)
                 runs[key].append(done)
                 print(
-                    f"  seed {seed} {key:18} trials {done.trials:3d} pruned {done.pruned:3d} folds {done.folds:4d} "
-                    f"CPU {done.cpu_seconds:6.1f} s",
+                    f"  seed {seed} {key:20} trials {done.trials:3d} pruned {done.pruned:3d} folds {done.folds:4d} "
+                    f"fold-epochs {done.fold_epochs:5d} CPU {done.cpu_seconds:6.1f} s",
                     flush=True,
                 )
-        rows += summarise(study, runs, Reevaluator(study))
+        repeats = 1 if args.quick and study.epochs else REEVALUATIONS
+        rows += summarise(study, runs, Reevaluator(study, repeats))
         if len(args.studies) > 1:
             print_table([row for row in rows if row["study"] == name])  # a study's figures as soon as it ends
     print_table(rows)

@@ -24,7 +24,7 @@ from sklearn.model_selection import GroupKFold, KFold, StratifiedGroupKFold, Str
 from sklearn.model_selection._split import BaseCrossValidator
 
 from tlsearch import _optuna_compat as compat
-from tlsearch import spaces
+from tlsearch import pruners, spaces
 from tlsearch.models import Fold, FoldResult, NonFiniteScoreError, SpecView, is_class_labels
 from tlsearch.pruners import describe as describe_pruning
 from tlsearch.pruners import prune_decision
@@ -130,7 +130,8 @@ def evaluate(
     the rows of one fold are read at a time); `folds` holds, per fold, what `read_fold` takes. After fold k the trial reports, at step k, the running mean of
     the first k+1 fold scores (the fold score itself when the study's pruner is Optuna's WilcoxonPruner),
     then asks the study's pruner and, if told to, stores why as `prune_reason` (tlsearch.pruners.prune_decision)
-    and raises optuna.TrialPruned. Multi-objective trials report
+    and raises optuna.TrialPruned; a KFoldPruner with an epoch schedule may also stop a Keras trial inside a
+    fold (tlsearch.pruners.epoch_hook), its partial fold then left out of the results. Multi-objective trials report
     nothing (Optuna cannot prune them). Errors from the space, the model or training propagate unchanged.
     With `spec.keep_predictions` and an `artifact_store`, each fold's validation predictions are kept as a
     trial artifact `predictions.npz` (`fold{k}_index`: dataset rows, `fold{k}_predictions`).
@@ -165,7 +166,14 @@ def _run_folds(
     kept: dict[str, np.ndarray] = {}
     for index, rows in enumerate(folds):
         fold = read_fold(arrays, rows, index, derive_seed(spec.seed, spec.name, trial.number, index), trial.number)
-        result = trainer.run(params, fold)
+        fold.epoch_hook = pruners.epoch_hook(trial, index, len(folds)) if not spec.is_multi_objective else None
+        try:
+            result = trainer.run(params, fold)
+        except pruners.EpochPruned as pruned:
+            recorder.note({"prune_reason": pruned.reason})
+            recorder.summarise()
+            _keep_predictions(trial, artifact_store, kept)
+            raise
         recorder.add(index, result)
         if result.predictions is not None:
             kept[f"fold{index}_index"] = rows.validation_index if hasattr(rows, "train") else rows[1]
@@ -260,6 +268,10 @@ class _ResultRecorder:
         """Store mean/std attributes over the folds run so far; return the mean test score per metric."""
         results = self._results
         attrs: dict[str, Any] = {"n_folds_run": len(results)}
+        if not results:  # stopped inside its first fold
+            self._pending.update(attrs)
+            self.write()
+            return []
         means = []
         for position, suffix in enumerate(self._suffixes):
             test = [result.test_scores[position] for result in results]

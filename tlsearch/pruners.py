@@ -1,4 +1,5 @@
-"""Pruning between the folds of a k-fold cross-validation, and the reason recorded on each pruned trial."""
+"""Pruning a k-fold cross-validation between its folds and, for models trained in epochs, inside a fold on the
+epoch axis; and the reason recorded on each pruned trial."""
 
 from __future__ import annotations
 
@@ -39,6 +40,99 @@ class PruneDecision:
         )
 
 
+@dataclass(frozen=True)
+class EpochPruneDecision:
+    """Why a trial was stopped at epoch `epoch` (1-based) of fold `fold` (0-based) of `n_folds`: its validation
+    score there (`score`) ranked `rank` (1 = best) of the `n_ranked` trials that reached that (fold, epoch), and
+    only the top 1/`eta` (down to `cutoff`) go on."""
+
+    fold: int
+    n_folds: int
+    epoch: int
+    score: float
+    rank: int
+    n_ranked: int
+    cutoff: float
+    eta: int
+
+    def as_attr(self) -> dict:
+        """The decision as a plain dict, as stored in the trial's `prune_reason` user attribute."""
+        return {key: round(value, 6) if isinstance(value, float) else value for key, value in asdict(self).items()}
+
+    def __str__(self) -> str:
+        return (
+            f"pruned at epoch {self.epoch} of fold {self.fold} of {self.n_folds}: validation score {self.score:.6g} "
+            f"ranked {self.rank} of {self.n_ranked} trials at that epoch of that fold; the top 1/{self.eta} "
+            f"(down to {self.cutoff:.6g}) go on"
+        )
+
+
+class EpochPruned(optuna.TrialPruned):
+    """Raised inside a fold's training to stop the trial on the epoch axis; `reason` is the stored decision."""
+
+    def __init__(self, decision: EpochPruneDecision) -> None:
+        super().__init__(str(decision))
+        self.reason = decision.as_attr()
+
+
+class EpochPruning:
+    """Asynchronous successive halving on the epoch axis, inside the first `n_folds` folds of a trial.
+
+    At the rungs epochs `min_epochs`, `min_epochs * eta`, `min_epochs * eta**2`, ... (before the fold's last
+    epoch), a trial's validation score at that epoch of that fold is ranked with every other trial's score at
+    the same (fold, epoch), stored as user attribute `split{k}_epoch_scores` ({"epoch": score}); the trial
+    goes on only when it is in the top 1/`eta` (at least one trial goes on). With fewer than `min_peers` other
+    trials at that (fold, epoch), nothing is decided. Same folds, same epochs: no noise model is needed beyond
+    the ranking, which is why it is limited to the early folds, where most of the compute is saved.
+    """
+
+    def __init__(self, *, min_epochs: int = 1, eta: int = 3, min_peers: int = 4, n_folds: int = 1) -> None:
+        if min_epochs < 1 or eta < 2 or min_peers < 1 or n_folds < 1:
+            raise ValueError(
+                f"EpochPruning needs min_epochs >= 1, eta >= 2, min_peers >= 1 and n_folds >= 1, got "
+                f"min_epochs={min_epochs}, eta={eta}, min_peers={min_peers}, n_folds={n_folds}"
+            )
+        self.min_epochs, self.eta, self.min_peers, self.n_folds = min_epochs, eta, min_peers, n_folds
+
+    def __repr__(self) -> str:
+        return (
+            f"EpochPruning(min_epochs={self.min_epochs}, eta={self.eta}, min_peers={self.min_peers}, "
+            f"n_folds={self.n_folds})"
+        )
+
+    def is_rung(self, fold: int, epoch: int, max_epochs: int) -> bool:
+        """Whether (fold, epoch) is a decision point: an early fold, a rung epoch, not the fold's last epoch."""
+        if fold >= self.n_folds or epoch >= max_epochs:
+            return False
+        rung = self.min_epochs
+        while rung < epoch:
+            rung *= self.eta
+        return rung == epoch
+
+    def decide(
+        self, study: optuna.Study, trial_number: int, fold: int, n_folds: int, epoch: int, score: float
+    ) -> EpochPruneDecision | None:
+        """The reason to stop trial `trial_number`, scoring `score` at `epoch` of `fold`, or None to go on."""
+        key = str(epoch)
+        peers = [
+            float(scores[key])
+            for other in study.get_trials(deepcopy=False)
+            if other.number != trial_number
+            and isinstance(scores := other.user_attrs.get(f"split{fold}_epoch_scores"), dict)
+            and isinstance(scores.get(key), (int, float))
+            and math.isfinite(scores[key])
+        ]
+        if len(peers) < self.min_peers:
+            return None
+        sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
+        ranked = sorted([*peers, score], key=lambda value: -sign * value)
+        rank = 1 + sum(sign * value > sign * score for value in peers)  # ties go the trial's way
+        n_kept = max(1, len(ranked) // self.eta)
+        if rank <= n_kept:
+            return None
+        return EpochPruneDecision(fold, n_folds, epoch, score, rank, len(ranked), ranked[n_kept - 1], self.eta)
+
+
 class KFoldPruner(optuna.pruners.BasePruner):
     """Stops a k-fold trial after a fold when it is unlikely to be truly better than the best complete trial.
 
@@ -60,6 +154,9 @@ class KFoldPruner(optuna.pruners.BasePruner):
     Limits: nothing is pruned before `n_startup_trials` trials are complete or before `n_warmup_folds` folds
     have run, nor while fewer than `min_complete_fraction` of the finished trials are complete (a floor of
     fully evaluated trials, so the sampler keeps learning what a whole CV says).
+
+    `epochs`: an `EpochPruning` schedule to also stop Keras trials inside their early folds, on the epoch
+    axis (the same floor applies); None (the default) prunes between folds only.
     """
 
     def __init__(
@@ -70,6 +167,7 @@ class KFoldPruner(optuna.pruners.BasePruner):
         n_startup_trials: int = 4,
         n_warmup_folds: int = 0,
         min_complete_fraction: float = 0.25,
+        epochs: EpochPruning | None = None,
     ) -> None:
         if margin_sigmas < 0 or min_margin < 0:
             raise ValueError(f"margin_sigmas and min_margin must be >= 0, got {margin_sigmas} and {min_margin}")
@@ -84,12 +182,13 @@ class KFoldPruner(optuna.pruners.BasePruner):
         self.n_startup_trials = n_startup_trials
         self.n_warmup_folds = n_warmup_folds
         self.min_complete_fraction = min_complete_fraction
+        self.epochs = epochs
 
     def __repr__(self) -> str:
         return (
             f"KFoldPruner(margin_sigmas={self.margin_sigmas}, min_margin={self.min_margin}, "
             f"n_startup_trials={self.n_startup_trials}, n_warmup_folds={self.n_warmup_folds}, "
-            f"min_complete_fraction={self.min_complete_fraction})"
+            f"min_complete_fraction={self.min_complete_fraction}, epochs={self.epochs!r})"
         )
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
@@ -130,6 +229,17 @@ class KFoldPruner(optuna.pruners.BasePruner):
             noise=noise,
         )
 
+    def decide_epoch(
+        self, study: optuna.Study, trial_number: int, fold: int, n_folds: int, epoch: int, score: float
+    ) -> EpochPruneDecision | None:
+        """The reason to stop a trial inside fold `fold` at `epoch` (see `epochs`), or None to go on."""
+        if self.epochs is None:
+            return None
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        if not self._floor_kept(finished):
+            return None
+        return self.epochs.decide(study, trial_number, fold, n_folds, epoch, score)
+
     def _floor_kept(self, finished: list[FrozenTrial]) -> bool:
         """Whether pruning one more trial keeps at least `min_complete_fraction` of the finished trials complete."""
         n_complete = sum(t.state == TrialState.COMPLETE for t in finished)
@@ -148,9 +258,35 @@ def prune_decision(trial: optuna.Trial, fold: int, n_folds: int) -> dict | None:
     return {"fold": fold, "n_folds": n_folds, "pruner": type(pruner).__name__}
 
 
+def epoch_hook(trial: optuna.Trial, fold: int, n_folds: int):
+    """The `Fold.epoch_hook` for fold `fold` of `trial`: None unless the study's pruner is a KFoldPruner with an
+    epoch schedule. The hook, called after each epoch with (epoch, max_epochs, score_now), scores the model at
+    the rungs (`score_now()`), stores the score for the other trials, and raises EpochPruned to stop the trial."""
+    pruner = trial.study.pruner
+    if not isinstance(pruner, KFoldPruner) or pruner.epochs is None:
+        return None
+    schedule, scores = pruner.epochs, {}
+
+    def after_epoch(epoch: int, max_epochs: int, score_now) -> None:
+        if not schedule.is_rung(fold, epoch, max_epochs):
+            return
+        score = float(score_now())
+        if not math.isfinite(score):
+            return
+        scores[str(epoch)] = score
+        trial.set_user_attr(f"split{fold}_epoch_scores", dict(scores))
+        decision = pruner.decide_epoch(trial.study, trial.number, fold, n_folds, epoch, score)
+        if decision is not None:
+            raise EpochPruned(decision)
+
+    return after_epoch
+
+
 def describe(reason: dict) -> str:
     """One line for a `prune_reason` attribute (read from the store: any dict is accepted)."""
     try:
+        if "epoch" in reason:
+            return str(EpochPruneDecision(**reason))
         if "gap" in reason:
             return str(PruneDecision(**reason))
         return f"pruned after fold {reason['fold']} of {reason['n_folds']} by {reason['pruner']}"

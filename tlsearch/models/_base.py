@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,7 +34,10 @@ class Fold:
 
     index is the 0-based fold number; seed is the fold's seed, derived from (study seed, study name,
     trial number, index); sample_weight holds the training rows' weights, or None; trial_number is the
-    trial's number.
+    trial's number. epoch_hook, where the study prunes on epochs (tlsearch.pruners.epoch_hook), is called by
+    trainers that train in epochs after each epoch as `epoch_hook(epoch, max_epochs, score_now)`: epoch is
+    1-based, score_now() returns the model's first metric on the validation rows now; it may raise
+    optuna.TrialPruned.
     """
 
     x_train: np.ndarray
@@ -45,6 +48,7 @@ class Fold:
     seed: int
     sample_weight: np.ndarray | None = None
     trial_number: int | None = None
+    epoch_hook: Callable[[int, int, Callable[[], float]], None] | None = None
 
 
 @dataclass

@@ -293,7 +293,7 @@ class KerasTrainer:
             fold.y_train,
             fold.sample_weight,
             fold.seed,
-            self._user_callbacks(fold),
+            self._user_callbacks(fold) + self._epoch_pruning(keras, fold),
             reuse=True,
         )
         fit_time = time.perf_counter() - started
@@ -331,6 +331,19 @@ class KerasTrainer:
         """The study's own Keras callbacks for this fold: new ones from KerasModel.callbacks, or none."""
         factory = self._model_spec.callbacks
         return [] if factory is None else list(factory(fold.trial_number, fold.index))
+
+    def _epoch_pruning(self, keras: Any, fold: Fold) -> list:
+        """A callback that calls the fold's epoch_hook (pruning on epochs, scored on the validation rows), or none."""
+        hook = fold.epoch_hook
+        if hook is None:
+            return []
+        score = self._score
+
+        class EpochPruningCallback(keras.callbacks.Callback):
+            def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+                hook(epoch + 1, self.params["epochs"], lambda: score(self.model, fold.x_valid, fold.y_valid)[0])
+
+        return [EpochPruningCallback()]
 
     def _fit(
         self,
