@@ -440,17 +440,11 @@ def test_study_name_over_the_stores_limit_is_refused(tmp_path, data_dir, capsys)
 
 
 def test_invalid_toml_config_is_one_clear_line(tmp_path, monkeypatch, capsys):
-    from tlsearch import config
-
     bad = tmp_path / "tlsearch.toml"
     bad.write_text('mongo = "mongodb://x"\nscheduler = \n')
     monkeypatch.setenv("TLSEARCH_CONFIG", str(bad))
     monkeypatch.delenv("TLSEARCH_MONGO_URI", raising=False)
     monkeypatch.delenv("TLSEARCH_HOME", raising=False)
-    config._file_settings.cache_clear()
-    try:
-        assert cli.main(["dataset", "ls"]) == 1
-    finally:
-        config._file_settings.cache_clear()
+    assert cli.main(["dataset", "ls"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"cannot read config file {bad}" in err and "line 2" in err

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tlsearch import config
-from tlsearch.config import DEFAULT_DATABASE
+from tlsearch.config import DEFAULT_DATABASE, Settings
 from tlsearch.data._gridfs import MongoDatasetStore
 from tlsearch.data._local import LocalDatasetStore
 from tlsearch.data._store import DatasetStore
@@ -15,7 +14,8 @@ def open_dataset_store(
     mongo_uri: str | None = None, *, database: str = DEFAULT_DATABASE, root: Path | None = None
 ) -> DatasetStore:
     """The MongoDB (GridFS) store when `mongo_uri` is given, else the local store under `root`/datasets
-    (`root` defaults to tlsearch.config.home())."""
+    (`root` defaults to the settings' `home`, see `tlsearch.Settings`)."""
     if mongo_uri:
         return MongoDatasetStore(mongo_uri, database)
-    return LocalDatasetStore(config.home(root) / "datasets")
+    home = Path(root).expanduser().absolute() if root else Settings.resolve().home
+    return LocalDatasetStore(home / "datasets")
