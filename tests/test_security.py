@@ -389,7 +389,7 @@ def test_full_disk_while_caching_is_one_clear_line_and_leaves_nothing_half_writt
     try:
         monkeypatch.setenv("TLSEARCH_CACHE_DIR", str(cache))
         rng = np.random.default_rng(0)
-        with open_dataset_store(None, root=tmp_path / "home") as store:  # 2.4 MB, over the 1 MB disk
+        with open_dataset_store(None, home=tmp_path / "home") as store:  # 2.4 MB, over the 1 MB disk
             store.push("big", {"X": rng.random((3000, 100)), "y": rng.integers(0, 2, 3000)})
         study_file = tmp_path / "study.py"
         study_file.write_text(STUDY.replace('dataset="sklearn:wine"', 'dataset="big"'))

@@ -18,6 +18,7 @@ from gridfs.errors import CorruptGridFile
 from optuna.artifacts import FileSystemArtifactStore
 from optuna.artifacts.exceptions import ArtifactNotFound
 
+from tlsearch._renamed import renamed_keywords
 from tlsearch.config import DEFAULT_DATABASE
 from tlsearch.mongo import UPLOADING, GridFSDamagedError, connect, read_gridfs_chunks, write_gridfs_file
 
@@ -239,10 +240,12 @@ def _check_artifact_id(artifact_id: str) -> None:
         raise ValueError(f"artifact_id must be a non-empty string, got {artifact_id!r}")
 
 
-def open_artifact_store(mongo_uri: str | None, *, database: str = DEFAULT_DATABASE, root: Path) -> ArtifactStore:
-    """The artifact store next to the study store: GridFS when `mongo_uri` is given, else `root / "artifacts"`."""
-    if mongo_uri:
-        return MongoArtifactStore(mongo_uri, database)
-    directory = Path(root) / "artifacts"
+@renamed_keywords(mongo_uri="mongo", root="home")
+def open_artifact_store(mongo: str | None, *, database: str = DEFAULT_DATABASE, home: str | Path) -> ArtifactStore:
+    """The artifact store next to the study store: GridFS when the URI `mongo` is given, else
+    `home / "artifacts"`. `mongo_uri=` and `root=` are the deprecated names of `mongo=` and `home=`."""
+    if mongo:
+        return MongoArtifactStore(mongo, database)
+    directory = Path(home) / "artifacts"
     directory.mkdir(parents=True, exist_ok=True)
     return FileSystemArtifactStore(directory)

@@ -96,14 +96,14 @@ def _open_study_storage(stores: Stores) -> optuna.storages.BaseStorage:
 def _open_artifact_store(stores: Stores):
     from tlsearch.artifacts import open_artifact_store
 
-    return open_artifact_store(stores.mongo_uri, database=stores.database, root=stores.home)
+    return open_artifact_store(stores.mongo_uri, database=stores.database, home=stores.home)
 
 
 @functools.cache
 def _open_dataset_store(stores: Stores):
     from tlsearch.data import open_dataset_store
 
-    return open_dataset_store(stores.mongo_uri, database=stores.database, root=stores.home)
+    return open_dataset_store(stores.mongo_uri, database=stores.database, home=stores.home)
 
 
 def check_study_name(name: object) -> str:

@@ -122,7 +122,7 @@ def _store(args):
     from tlsearch.data import open_dataset_store
 
     settings = args.settings
-    return open_dataset_store(settings.mongo, database=settings.database, root=settings.home)
+    return open_dataset_store(settings.mongo, database=settings.database, home=settings.home)
 
 
 def _progress(description: str, total: int):
