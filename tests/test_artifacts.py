@@ -75,7 +75,7 @@ def test_100mb_round_trip_streams_with_bounded_memory(backend, tmp_path, mongo_u
     if backend == "mongo":
         store = MongoArtifactStore(mongo_uri, mongo_db_name)
     else:
-        store = open_artifact_store(None, root=tmp_path)
+        store = open_artifact_store(None, home=tmp_path)
     size = 100 * MiB
     source = tmp_path / "model.bin"
     expected = _write_pseudo_random_file(source, size)
@@ -137,7 +137,7 @@ def test_empty_artifact(store):
 @pytest.mark.parametrize("backend", ["mongo", "filesystem"])
 def test_missing_artifact_raises_artifact_not_found(backend, store, tmp_path):
     if backend == "filesystem":
-        store = open_artifact_store(None, root=tmp_path)
+        store = open_artifact_store(None, home=tmp_path)
     with pytest.raises(ArtifactNotFound):
         store.open_reader("no-such-artifact")
     with pytest.raises(ArtifactNotFound):
@@ -291,9 +291,9 @@ def test_optuna_dashboard_serves_a_trial_artifact(store, tmp_path):
 
 
 def test_open_artifact_store_picks_the_backend(tmp_path, mongo_uri):
-    local = open_artifact_store(None, root=tmp_path / "home")
+    local = open_artifact_store(None, home=tmp_path / "home")
     assert isinstance(local, FileSystemArtifactStore)
     assert (tmp_path / "home" / "artifacts").is_dir()
-    remote = open_artifact_store(mongo_uri, database="elsewhere", root=tmp_path / "unused")
+    remote = open_artifact_store(mongo_uri, database="elsewhere", home=tmp_path / "unused")
     assert isinstance(remote, MongoArtifactStore)
     assert not (tmp_path / "unused").exists()

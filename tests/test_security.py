@@ -389,7 +389,7 @@ def test_full_disk_while_caching_is_one_clear_line_and_leaves_nothing_half_writt
     try:
         monkeypatch.setenv("TLSEARCH_CACHE_DIR", str(cache))
         rng = np.random.default_rng(0)
-        with open_dataset_store(None, root=tmp_path / "home") as store:  # 2.4 MB, over the 1 MB disk
+        with open_dataset_store(None, home=tmp_path / "home") as store:  # 2.4 MB, over the 1 MB disk
             store.push("big", {"X": rng.random((3000, 100)), "y": rng.integers(0, 2, 3000)})
         study_file = tmp_path / "study.py"
         study_file.write_text(STUDY.replace('dataset="sklearn:wine"', 'dataset="big"'))
@@ -440,17 +440,11 @@ def test_study_name_over_the_stores_limit_is_refused(tmp_path, data_dir, capsys)
 
 
 def test_invalid_toml_config_is_one_clear_line(tmp_path, monkeypatch, capsys):
-    from tlsearch import config
-
     bad = tmp_path / "tlsearch.toml"
     bad.write_text('mongo = "mongodb://x"\nscheduler = \n')
     monkeypatch.setenv("TLSEARCH_CONFIG", str(bad))
     monkeypatch.delenv("TLSEARCH_MONGO_URI", raising=False)
     monkeypatch.delenv("TLSEARCH_HOME", raising=False)
-    config._file_settings.cache_clear()
-    try:
-        assert cli.main(["dataset", "ls"]) == 1
-    finally:
-        config._file_settings.cache_clear()
+    assert cli.main(["dataset", "ls"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"cannot read config file {bad}" in err and "line 2" in err

@@ -10,6 +10,8 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    # where things live
+    "Settings": "tlsearch.config",
     # where trials live
     "MongoStorage": "tlsearch.storage",
     # where data lives

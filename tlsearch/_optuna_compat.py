@@ -103,10 +103,15 @@ def heartbeat_interval(storage: optuna.storages.BaseStorage) -> float | None:
 
 
 def stale_trial_ids(storage: optuna.storages.BaseStorage, study_id: int) -> list[int]:
-    """RUNNING trials whose heartbeat stopped (`BaseHeartbeat._get_stale_trial_ids`). tlsearch fails them itself
-    rather than through `optuna.storages.fail_stale_trials`, because it records why (error user attributes)
-    before the trial is finished and can no longer take attributes. If it breaks: `fail_stale_trials` with a
-    `heartbeat_stale_trial_callback` that queues the retry (losing the `DriverLost` error attributes)."""
+    """RUNNING trials whose heartbeat stopped (`BaseHeartbeat._get_stale_trial_ids`).
+
+    Why not the public `optuna.storages.fail_stale_trials` with a callback (checked on Optuna 5.0): it sets the
+    trial FAIL first and only then calls the storage's `heartbeat_stale_trial_callback` (e.g.
+    `RetryFailedTrialCallback`) with the finished trial, whose attributes can no longer change
+    (UpdateFinishedTrialError); tlsearch records why the trial failed (the `DriverLost` error attributes) before
+    failing it, as for every other failure. The callback is also fixed when the storage is built, not per call,
+    and the function is experimental. If this breaks: `fail_stale_trials` with a callback that releases the
+    trial slot and queues the retry (the failed attempt then carries no error attributes)."""
     return storage._get_stale_trial_ids(study_id)
 
 

@@ -13,14 +13,14 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-import gridfs
 import pymongo
 from gridfs.errors import CorruptGridFile
 from optuna.artifacts import FileSystemArtifactStore
 from optuna.artifacts.exceptions import ArtifactNotFound
 
+from tlsearch._renamed import renamed_keywords
 from tlsearch.config import DEFAULT_DATABASE
-from tlsearch.mongo import GridFSDamagedError, connect, read_gridfs_chunks
+from tlsearch.mongo import UPLOADING, GridFSDamagedError, connect, read_gridfs_chunks, write_gridfs_file
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
@@ -38,7 +38,8 @@ _READ_BATCH_BYTES = 8 * 1024 * 1024
 class MongoArtifactStore:
     """Optuna artifacts on GridFS: one GridFS file per artifact, named by its artifact id.
 
-    Writes stream from the source in `chunk_size_bytes` pieces; readers fetch chunk documents in bounded
+    Writes stream from the source in `chunk_size_bytes` pieces (`tlsearch.mongo.write_gridfs_file`, the package's
+    one GridFS writer); readers fetch chunk documents in bounded
     batches, so no artifact is ever held whole in memory. Re-writing an id uploads the new file completely
     before deleting the old one, so a reader gets the old bytes or the new bytes, never a mix (a reader that
     is mid-way through a file deleted under it fails with `CorruptGridFile` rather than return short data).
@@ -78,13 +79,8 @@ class MongoArtifactStore:
     def write(self, artifact_id: str, content_body: BinaryIO) -> None:
         """Store everything `content_body` yields under `artifact_id`, replacing any earlier version."""
         _check_artifact_id(artifact_id)
-        grid_in = self._bucket.open_upload_stream(artifact_id, chunk_size_bytes=self._chunk_size)
-        try:
-            grid_in.write(content_body)  # reads the source one chunk at a time
-        except BaseException:
-            grid_in.abort()  # GridFS would otherwise leave the chunks written so far behind
-            raise
-        grid_in.close()
+        pieces = iter(lambda: content_body.read(self._chunk_size), b"")  # the source one chunk at a time
+        write_gridfs_file(self._files, self._chunks, pieces, filename=artifact_id, chunk_size=self._chunk_size)
         self._delete_versions(artifact_id, keep_newest=True)
 
     def remove(self, artifact_id: str) -> None:
@@ -120,10 +116,6 @@ class MongoArtifactStore:
         return self._client[self._database_name]
 
     @property
-    def _bucket(self) -> gridfs.GridFSBucket:
-        return gridfs.GridFSBucket(self._database, bucket_name=self._bucket_name, chunk_size_bytes=self._chunk_size)
-
-    @property
     def _files(self) -> Collection:
         return self._database[f"{self._bucket_name}.files"]
 
@@ -133,20 +125,25 @@ class MongoArtifactStore:
 
     # -- versions
 
-    # GridFS inserts a file's document after its last chunk, so every file document found is a complete version.
+    # A file document marked UPLOADING is a version still being written (or whose writer died): not a version yet.
     _NEWEST_FIRST = [("uploadDate", pymongo.DESCENDING), ("_id", pymongo.DESCENDING)]
 
     def _newest_file(self, artifact_id: str) -> dict[str, Any] | None:
         _check_artifact_id(artifact_id)
-        return self._files.find_one({"filename": artifact_id}, sort=self._NEWEST_FIRST)
+        return self._files.find_one({"filename": artifact_id, UPLOADING: {"$exists": False}}, sort=self._NEWEST_FIRST)
 
     def _delete_versions(self, artifact_id: str, *, keep_newest: bool) -> int:
-        """Delete the versions of `artifact_id`, or all but the newest; return how many were deleted.
+        """Delete the versions of `artifact_id` (with any left half-written), or all complete ones but the newest;
+        return how many were deleted.
 
-        Concurrent writers of one id all keep the same newest version, so they never delete each other's last copy.
+        Concurrent writers of one id all keep the same newest version, so they never delete each other's last copy,
+        and none deletes a version another is still writing.
         """
         _check_artifact_id(artifact_id)
-        versions = list(self._files.find({"filename": artifact_id}, {"_id": 1}).sort(self._NEWEST_FIRST))
+        query: dict[str, Any] = {"filename": artifact_id}
+        if keep_newest:
+            query[UPLOADING] = {"$exists": False}
+        versions = list(self._files.find(query, {"_id": 1}).sort(self._NEWEST_FIRST))
         if keep_newest:
             versions = versions[1:]
         for doc in versions:
@@ -243,10 +240,12 @@ def _check_artifact_id(artifact_id: str) -> None:
         raise ValueError(f"artifact_id must be a non-empty string, got {artifact_id!r}")
 
 
-def open_artifact_store(mongo_uri: str | None, *, database: str = DEFAULT_DATABASE, root: Path) -> ArtifactStore:
-    """The artifact store next to the study store: GridFS when `mongo_uri` is given, else `root / "artifacts"`."""
-    if mongo_uri:
-        return MongoArtifactStore(mongo_uri, database)
-    directory = Path(root) / "artifacts"
+@renamed_keywords(mongo_uri="mongo", root="home")
+def open_artifact_store(mongo: str | None, *, database: str = DEFAULT_DATABASE, home: str | Path) -> ArtifactStore:
+    """The artifact store next to the study store: GridFS when the URI `mongo` is given, else
+    `home / "artifacts"`. `mongo_uri=` and `root=` are the deprecated names of `mongo=` and `home=`."""
+    if mongo:
+        return MongoArtifactStore(mongo, database)
+    directory = Path(home) / "artifacts"
     directory.mkdir(parents=True, exist_ok=True)
     return FileSystemArtifactStore(directory)

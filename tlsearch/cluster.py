@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -68,20 +69,32 @@ def tls_security(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class ClusterOptions:
+    """Which Dask cluster runs the trials: `client` as given, else the scheduler at `scheduler`, else a new
+    LocalCluster of `n_workers` processes (default: one per core); `security` (see `tls_security`): TLS."""
+
+    client: distributed.Client | None = None
+    scheduler: str | None = None
+    n_workers: int | None = None
+    security: distributed.Security | None = None
+
+    @property
+    def is_local(self) -> bool:
+        """Whether `connect` starts a LocalCluster."""
+        return self.client is None and not self.scheduler
+
+
 @contextlib.contextmanager
-def connect(
-    scheduler: str | None = None,
-    n_workers: int | None = None,
-    client: distributed.Client | None = None,
-    security: distributed.Security | None = None,
-) -> Iterator[distributed.Client]:
-    """A Dask client: `client` as given, one connected to `scheduler`, or a new LocalCluster.
+def connect(options: ClusterOptions) -> Iterator[distributed.Client]:
+    """A Dask client: `options.client` as given, one connected to `options.scheduler`, or a new LocalCluster.
 
     The local cluster has one single-threaded worker process per core (Keras keeps global state per
     process, so one trial runs at a time in each) and fails a task whose worker died at once, so the
     driver can fail and retry that trial itself. It listens on 127.0.0.1 only (dashboard included);
     `security` (see `tls_security`) encrypts and authenticates every connection.
     """
+    client, scheduler, n_workers, security = options.client, options.scheduler, options.n_workers, options.security
     if client is not None:
         yield client
         return

@@ -1,54 +1,179 @@
-"""Where things live: the embedded default folder, the host-local cache, the MongoDB URI and the scheduler.
+"""Where things live: `Settings`, resolved once from every layer of configuration.
 
-Precedence everywhere: an explicit argument (a command-line flag), then the environment variable
-(`TLSEARCH_MONGO_URI`, `TLSEARCH_SCHEDULER`, `TLSEARCH_HOME`, `TLSEARCH_CACHE_DIR`), then the config file
-(`$TLSEARCH_CONFIG`, else `./tlsearch.toml`, else `<user config dir>/tlsearch/config.toml`; keys `mongo`,
-`scheduler`, `home`, `cache_dir`, and `tls_ca_file`, `tls_cert`, `tls_key` for Dask TLS), then the default.
+Each setting comes from, in increasing precedence: its default, the config file (TOML: `$TLSEARCH_CONFIG`, else
+`./tlsearch.toml`, else `<user config dir>/tlsearch/config.toml`), the environment, and an explicit value (a
+command-line option, or a keyword of `tlsearch.run`):
+
+| setting          | config file key  | environment                | default                            |
+|------------------|------------------|----------------------------|------------------------------------|
+| `mongo`          | `mongo`          | `TLSEARCH_MONGO_URI`       | none: the embedded default         |
+| `database`       | `database`       | `TLSEARCH_DATABASE`        | `tlsearch`                         |
+| `home`           | `home`           | `TLSEARCH_HOME`            | `./.tlsearch`                      |
+| `cache_dir`      | `cache_dir`      | `TLSEARCH_CACHE_DIR`       | the user cache directory           |
+| `scheduler`      | `scheduler`      | `TLSEARCH_SCHEDULER`       | none: a local cluster              |
+| `scheduler_file` | `scheduler_file` | `TLSEARCH_SCHEDULER_FILE`  | none                               |
+| `tls_ca_file`, `tls_cert`, `tls_key` | same | `TLSEARCH_TLS_CA_FILE`, `_CERT`, `_KEY` | none: plain TCP      |
+
+`scheduler` and `scheduler_file` are one choice: the highest layer giving either wins.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import json
 import os
+import re
 import time
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
 from tlsearch.errors import TLSearchError
 
 DEFAULT_DATABASE = "tlsearch"
+ENVIRONMENT = {
+    "mongo": "TLSEARCH_MONGO_URI",
+    "database": "TLSEARCH_DATABASE",
+    "home": "TLSEARCH_HOME",
+    "cache_dir": "TLSEARCH_CACHE_DIR",
+    "scheduler": "TLSEARCH_SCHEDULER",
+    "scheduler_file": "TLSEARCH_SCHEDULER_FILE",
+    "tls_ca_file": "TLSEARCH_TLS_CA_FILE",
+    "tls_cert": "TLSEARCH_TLS_CERT",
+    "tls_key": "TLSEARCH_TLS_KEY",
+}
+_SCHEDULER_CHOICE = ("scheduler", "scheduler_file")
+_MONGO_URI = re.compile(r"mongodb(\+srv)?://\S+")
+_BAD_DATABASE = re.compile(r'[/\\. "$\x00]')
 
 
-def home(path: str | os.PathLike | None = None) -> Path:
-    """The embedded default's folder (default `./.tlsearch`)."""
-    return Path(_setting(path, "TLSEARCH_HOME", "home") or ".tlsearch").expanduser().absolute()
+def _default_cache_dir() -> Path:
+    return Path(platformdirs.user_cache_dir("tlsearch")) / "datasets"
 
 
-def journal_path(root: str | os.PathLike | None = None) -> Path:
-    """The Optuna journal file holding every study of the embedded default."""
-    return home(root) / "studies.journal"
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Where things live: the study and dataset stores (`mongo` and `database`, else the embedded default under
+    `home`), this host's dataset cache, the Dask scheduler and its TLS files. Each comes from its default, the
+    config file, the environment, then an explicit value, the last given winning (the table of keys and
+    variables: docs/guides/configuration.md#settings).
+
+    Build it with `Settings.resolve(...)`; the constructor takes the values as they are."""
+
+    mongo: str | None = None
+    database: str = DEFAULT_DATABASE
+    home: Path = dataclasses.field(default_factory=lambda: Path(".tlsearch").absolute())
+    cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
+    scheduler: str | None = None
+    scheduler_file: Path | None = None
+    tls_ca_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    @classmethod
+    def resolve(cls, *, source: Callable[[str], str] | None = None, **explicit: Any) -> Settings:
+        """The settings of every layer, `explicit` values (None: not given) over the environment over the config
+        file over the defaults. `source(name)` says where an explicit value came from (default: the keyword).
+
+        Raises TLSearchError naming the layer, the setting, the value and the fix for a bad value anywhere,
+        and TypeError for an unknown setting."""
+        unknown = sorted(set(explicit) - set(ENVIRONMENT))
+        if unknown:
+            raise TypeError(f"unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(ENVIRONMENT)}")
+        values: dict[str, Any] = {}
+        for where, given in (*_file_layer(), _environment_layer(), (source or _keyword, explicit)):
+            given = {name: value for name, value in given.items() if value is not None and value != ""}
+            if any(name in given for name in _SCHEDULER_CHOICE):
+                for name in _SCHEDULER_CHOICE:
+                    values.pop(name, None)
+            values.update({name: _checked(name, value, where(name)) for name, value in given.items()})
+        return cls(**values)
+
+    @property
+    def journal_path(self) -> Path:
+        """The Optuna journal file holding every study of the embedded default."""
+        return journal_path(self.home)
+
+    def scheduler_address(self) -> str | None:
+        """The Dask scheduler to use, or None for a local cluster: `scheduler`, or the address in
+        `scheduler_file` (waiting for the file: see `scheduler_address`)."""
+        return scheduler_address(self.scheduler_file) if self.scheduler_file else self.scheduler
+
+    def tls_files(self) -> tuple[str | None, str | None, str | None]:
+        """The Dask TLS files: (CA, certificate, key), None where not given."""
+        return self.tls_ca_file, self.tls_cert, self.tls_key
 
 
-def cache_dir(path: str | os.PathLike | None = None) -> Path:
-    """This host's dataset cache (default: the user's cache directory)."""
-    default = Path(platformdirs.user_cache_dir("tlsearch")) / "datasets"
-    return Path(_setting(path, "TLSEARCH_CACHE_DIR", "cache_dir") or default).expanduser().absolute()
+def journal_path(home: Path) -> Path:
+    """The Optuna journal file of the embedded default under `home`."""
+    return Path(home) / "studies.journal"
 
 
-def mongo_uri(uri: str | None = None) -> str | None:
-    """The MongoDB URI to use, or None for the embedded default."""
-    return _setting(uri, "TLSEARCH_MONGO_URI", "mongo")
+def _keyword(name: str) -> str:
+    return f"argument {name}="
 
 
-def scheduler(address: str | None = None, scheduler_file: str | os.PathLike | None = None) -> str | None:
-    """The Dask scheduler to use, or None for a local cluster: `address`, else the address in
-    `scheduler_file` (as `dask scheduler --scheduler-file` writes it), else the environment and config file."""
-    if scheduler_file:
-        return scheduler_address(scheduler_file)
-    return _setting(address, "TLSEARCH_SCHEDULER", "scheduler")
+def _environment_layer() -> tuple[Callable[[str], str], dict[str, str]]:
+    given = {name: os.environ.get(variable) for name, variable in ENVIRONMENT.items()}
+    return (lambda name: f"environment variable {ENVIRONMENT[name]}"), given
+
+
+def _file_layer() -> list[tuple[Callable[[str], str], dict[str, Any]]]:
+    """The config file's layer ([] without one): the first file found of `$TLSEARCH_CONFIG`, ./tlsearch.toml
+    and the user's config directory."""
+    candidates = [
+        os.environ.get("TLSEARCH_CONFIG"),
+        "tlsearch.toml",
+        Path(platformdirs.user_config_dir("tlsearch")) / "config.toml",
+    ]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            try:
+                given = tomllib.loads(Path(candidate).read_text())
+            except (tomllib.TOMLDecodeError, OSError) as error:
+                raise TLSearchError(f"cannot read config file {candidate}: {error}") from None
+            unknown = sorted(set(given) - set(ENVIRONMENT))
+            if unknown:
+                raise TLSearchError(
+                    f"config file {candidate}: unknown key(s) {', '.join(unknown)}; "
+                    f"the keys are {', '.join(ENVIRONMENT)}"
+                )
+            return [(lambda name, path=candidate: f"config file {path} (key {name})", given)]
+    return []
+
+
+def _checked(name: str, value: Any, where: str) -> Any:
+    """`value` as the setting `name` holds it; TLSearchError naming `where` it came from if it is not valid."""
+    if isinstance(value, os.PathLike) and name not in ("mongo", "database", "scheduler"):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TLSearchError(f"{where}: {name} must be a string, not {value!r}")
+    problem = _PROBLEMS.get(name, lambda _: None)(value)
+    if problem:
+        raise TLSearchError(f"{where}: {name} {value!r} {problem}")
+    if name in ("home", "cache_dir", "scheduler_file"):
+        return Path(value).expanduser().absolute()
+    return value
+
+
+_PROBLEMS: Mapping[str, Callable[[str], str | None]] = {
+    "mongo": lambda uri: (
+        None if _MONGO_URI.fullmatch(uri) else "is not a MongoDB URI: write mongodb://HOST[:PORT] or mongodb+srv://HOST"
+    ),
+    "database": lambda name: (
+        None
+        if len(name) <= 63 and not _BAD_DATABASE.search(name)
+        else 'is not a MongoDB database name: at most 63 characters, none of / \\ . space " $'
+    ),
+    "scheduler": lambda address: (
+        None
+        if address.strip() == address
+        else "has spaces around it: write the address alone, e.g. tcp://10.0.0.5:8786"
+    ),
+}
 
 
 def scheduler_address(path: str | os.PathLike, wait: float = 60.0) -> str:
@@ -70,35 +195,3 @@ def scheduler_address(path: str | os.PathLike, wait: float = 60.0) -> str:
     if not isinstance(address, str) or "://" not in address:
         raise TLSearchError(f"scheduler file {path} names no scheduler address (its 'address' is {address!r})")
     return address
-
-
-def tls_files(ca_file: str | None = None, cert: str | None = None, key: str | None = None) -> tuple:
-    """The Dask TLS files (CA, certificate, key): arguments, else `$TLSEARCH_TLS_CA_FILE` / `_CERT` / `_KEY`,
-    else the config file's `tls_ca_file`, `tls_cert`, `tls_key`; None where none is given."""
-    return (
-        _setting(ca_file, "TLSEARCH_TLS_CA_FILE", "tls_ca_file"),
-        _setting(cert, "TLSEARCH_TLS_CERT", "tls_cert"),
-        _setting(key, "TLSEARCH_TLS_KEY", "tls_key"),
-    )
-
-
-def _setting(explicit, env: str, key: str):
-    if explicit:
-        return explicit
-    return os.environ.get(env) or _file_settings().get(key) or None
-
-
-@functools.cache
-def _file_settings() -> dict:
-    candidates = [
-        os.environ.get("TLSEARCH_CONFIG"),
-        "tlsearch.toml",
-        Path(platformdirs.user_config_dir("tlsearch")) / "config.toml",
-    ]
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file():
-            try:
-                return tomllib.loads(Path(candidate).read_text())
-            except (tomllib.TOMLDecodeError, OSError) as error:
-                raise TLSearchError(f"cannot read config file {candidate}: {error}") from None
-    return {}

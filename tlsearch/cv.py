@@ -25,7 +25,9 @@ from sklearn.model_selection._split import BaseCrossValidator
 
 from tlsearch import _optuna_compat as compat
 from tlsearch import pruners, spaces
-from tlsearch.models import Fold, FoldResult, NonFiniteScoreError, SpecView, is_class_labels
+from tlsearch.data import Fold as DataFold
+from tlsearch.data import Folds
+from tlsearch.models import Fold, FoldResult, FoldTrainer, NonFiniteScoreError, SpecView, is_class_labels
 from tlsearch.pruners import describe as describe_pruning
 from tlsearch.pruners import prune_decision
 from tlsearch.seeds import derive_seed
@@ -117,7 +119,7 @@ def evaluate(
     trial: optuna.Trial,
     spec: SpecView,
     arrays: Mapping[str, np.ndarray],
-    folds: Sequence[tuple[np.ndarray, np.ndarray]],
+    folds: Folds | Sequence[tuple[np.ndarray, np.ndarray]],
     *,
     dataset_hash: str = "",
     fold_plan_hash: str = "",
@@ -127,7 +129,10 @@ def evaluate(
     """Sample the trial's params, then train and score each fold; return the mean score (one per objective).
 
     `arrays` holds "X", "y" and optionally "groups" and "sample_weight" (read-only, memory-mapped: only
-    the rows of one fold are read at a time); `folds` holds, per fold, what `read_fold` takes. After fold k the trial reports, at step k, the running mean of
+    the rows of one fold are read at a time); `folds` are the trial's folds (`tlsearch.data.Folds`: the host
+    cache's views, or rows gathered when read), or (train rows, validation rows) index pairs as scikit-learn's
+    splitters yield them, gathered in index order as cross_validate does. After fold k the trial reports, at
+    step k, the running mean of
     the first k+1 fold scores (the fold score itself when the study's pruner is Optuna's WilcoxonPruner),
     then asks the study's pruner and, if told to, stores why as `prune_reason` (tlsearch.pruners.prune_decision)
     and raises optuna.TrialPruned; a KFoldPruner with an epoch schedule may also stop a Keras trial inside a
@@ -142,30 +147,31 @@ def evaluate(
         raise spaces.InvalidSpaceError(
             f"space of study {spec.name!r} returned {type(params).__name__}, expected a dict of hyperparameters"
         )
+    if not isinstance(folds, Folds):
+        folds = Folds.gathered(arrays, folds)
     trainer = spec.model.trainer(spec, arrays)
     first_attrs = {"dataset_hash": dataset_hash, "fold_plan_hash": fold_plan_hash, "n_splits": len(folds)}
     recorder = _ResultRecorder(trial, spec, {**first_attrs, **(placement or {})})
     try:
         return _run_folds(trial, spec, arrays, folds, params, trainer, recorder, artifact_store)
     finally:
-        if hasattr(trainer, "close"):  # the Keras trainer keeps the trial's model across its folds
-            trainer.close()
+        trainer.close()
 
 
 def _run_folds(
     trial: optuna.Trial,
     spec: SpecView,
     arrays: Mapping[str, np.ndarray],
-    folds: Sequence[Any],
+    folds: Folds,
     params: dict,
-    trainer: Any,
+    trainer: FoldTrainer,
     recorder: _ResultRecorder,
     artifact_store: Any,
 ) -> float | list[float]:
     reports_fold_scores = isinstance(trial.study.pruner, optuna.pruners.WilcoxonPruner)
     kept: dict[str, np.ndarray] = {}
     for index, rows in enumerate(folds):
-        fold = read_fold(arrays, rows, index, derive_seed(spec.seed, spec.name, trial.number, index), trial.number)
+        fold = read_fold(rows, derive_seed(spec.seed, spec.name, trial.number, index), trial.number)
         fold.epoch_hook = pruners.epoch_hook(trial, index, len(folds)) if not spec.is_multi_objective else None
         try:
             result = trainer.run(params, fold)
@@ -176,7 +182,7 @@ def _run_folds(
             raise
         recorder.add(index, result)
         if result.predictions is not None:
-            kept[f"fold{index}_index"] = rows.validation_index if hasattr(rows, "train") else rows[1]
+            kept[f"fold{index}_index"] = rows.validation_index
             kept[f"fold{index}_predictions"] = np.asarray(result.predictions)
         if spec.is_multi_objective:
             recorder.write()
@@ -206,24 +212,15 @@ def _keep_predictions(trial: optuna.Trial, artifact_store: Any, kept: dict[str, 
         optuna.artifacts.upload_artifact(artifact_store=artifact_store, file_path=str(path), study_or_trial=trial)
 
 
-def read_fold(
-    arrays: Mapping[str, np.ndarray], rows: Any, index: int, seed: int, trial_number: int | None = None
-) -> Fold:
-    """One fold's arrays. `rows` is either a (train_idx, valid_idx) pair, whose rows are copied out of the
-    (memory-mapped) `arrays` in index order, as scikit-learn's cross_validate does; or a host-cache fold
-    (`tlsearch.data.Fold`) whose `train` / `validation` arrays are read-only views, used without a copy."""
-    if hasattr(rows, "train"):
-        train, valid = rows.train, rows.validation
-    else:
-        train_idx, valid_idx = rows
-        train = {name: np.asarray(arrays[name][train_idx]) for name in ("X", "y", "sample_weight") if name in arrays}
-        valid = {name: np.asarray(arrays[name][valid_idx]) for name in ("X", "y")}
+def read_fold(rows: DataFold, seed: int, trial_number: int | None = None) -> Fold:
+    """The trainer's view of one fold of the trial: its train and validation arrays, as `rows` holds them."""
+    train, valid = rows.train, rows.validation
     return Fold(
         x_train=train["X"],
         y_train=train["y"],
         x_valid=valid["X"],
         y_valid=valid["y"],
-        index=index,
+        index=rows.number,
         seed=seed,
         sample_weight=train.get("sample_weight"),
         trial_number=trial_number,

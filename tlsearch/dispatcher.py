@@ -8,6 +8,7 @@ and re-queueing it if its worker died), and says why the run ended.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import signal
@@ -31,6 +32,16 @@ from tlsearch.trial_task import TrialJob, TrialOutcome, pack_spec, run_trial
 log = logging.getLogger(__name__)
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """When a run ends: `n_trials` complete or pruned trials in total (counting earlier ones), or `timeout`
+    seconds (either may be None, not both); `parallelism` trials in flight (default: the cluster's capacity)."""
+
+    n_trials: int | None = None
+    timeout: float | None = None
+    parallelism: int | None = None
 
 
 # Why a run ended, and the exit code `tlsearch run` / `resume` return for it (README: "Faults, stopping and resuming").
@@ -57,13 +68,13 @@ EXIT_CODES = {
 class Dispatcher:
     """Keeps up to `parallelism` trials in flight until the budget is spent."""
 
-    def __init__(self, study, spec, stores, dataset_ref, client, parallelism, n_trials, timeout, progress, interrupts):
+    def __init__(self, study, spec, stores, dataset_ref, client, budget: Budget, progress, interrupts):
         self.study, self.spec, self.stores, self.client = study, spec, stores, client
         self.dataset_ref = dataset_ref
         attrs = study_attrs.read(study)
         self.dataset_hash, self.fold_plan_hash = attrs[study_attrs.DATASET_HASH], attrs[study_attrs.FOLD_PLAN]
-        self.n_trials, self.timeout, self.interrupts = n_trials, timeout, interrupts
-        self.parallelism = parallelism or max(
+        self.n_trials, self.timeout, self.interrupts = budget.n_trials, budget.timeout, interrupts
+        self.parallelism = budget.parallelism or max(
             1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
         )
         self.running: dict[distributed.Future, tuple[int, int]] = {}  # future -> (trial_id, number)
@@ -73,7 +84,9 @@ class Dispatcher:
         self.end_detail = ""
         self.failed_in_a_row = 0
         self.last_error = ""
-        self.progress = Progress(n_trials, Counter(t.state.name for t in study.get_trials(deepcopy=False)), progress)
+        self.progress = Progress(
+            self.n_trials, Counter(t.state.name for t in study.get_trials(deepcopy=False)), progress
+        )
         self._heartbeat_stop = threading.Event()
         # Results are fetched from the workers in the background as trials finish, not one by one here.
         self._finished = distributed.as_completed(with_results=True, raise_errors=False)

@@ -14,14 +14,13 @@ import os
 import warnings
 from pathlib import Path
 
-import distributed
 import optuna
 
 from tlsearch import _optuna_compat as compat
 from tlsearch import cluster, spaces, study_attrs, study_files
-from tlsearch.config import DEFAULT_DATABASE
+from tlsearch.config import Settings
 from tlsearch.data import HostCache, ensure_dataset, fold_plan_for
-from tlsearch.dispatcher import DONE, EXIT_CODES, NOTHING_TO_DO, Dispatcher
+from tlsearch.dispatcher import DONE, EXIT_CODES, NOTHING_TO_DO, Budget, Dispatcher
 from tlsearch.driver_guards import DriverLock, Interrupts
 from tlsearch.errors import TLSearchError
 from tlsearch.retries import fail_abandoned_trials
@@ -55,41 +54,52 @@ def run(spec, **options) -> optuna.Study:
     return drive(spec, **options).study
 
 
+# The keywords `drive` takes one by one, by the object they make up.
+_WHERE = ("mongo", "database", "home")
+_CLUSTER = tuple(field.name for field in dataclasses.fields(cluster.ClusterOptions))
+_BUDGET = tuple(field.name for field in dataclasses.fields(Budget))
+
+
 def drive(
     spec,
     *,
-    mongo: str | None = None,
-    database: str = DEFAULT_DATABASE,
-    home: str | os.PathLike | None = None,
+    settings: Settings | None = None,
     stores: Stores | None = None,
-    client: distributed.Client | None = None,
-    scheduler: str | None = None,
-    n_workers: int | None = None,
-    parallelism: int | None = None,
-    n_trials: int | None = None,
-    timeout: float | None = None,
+    cluster_options: cluster.ClusterOptions | None = None,
+    budget: Budget | None = None,
     name: str | None = None,
     study_file: str | os.PathLike | None = None,
     progress: str = "auto",
     resume: bool = False,
-    security: distributed.Security | None = None,
+    **options,
 ) -> RunResult:
     """`run`, returning why the run ended as well.
 
-    The stores are MongoDB at `mongo` (default `$TLSEARCH_MONGO_URI`) or the embedded default under `home`;
-    `stores` gives them fully instead. The cluster is `client`, the scheduler at `scheduler`, or a new
-    LocalCluster of `n_workers` processes (on 127.0.0.1); `security` (`tlsearch.cluster.tls_security(ca, cert,
-    key)`) secures every Dask connection with TLS. `resume=True` requires the study to exist. Trials a dead
-    driver left RUNNING are failed and retried (at start and every heartbeat interval). Ctrl-C or SIGTERM stops
-    starting trials and waits for running ones; a second Ctrl-C fails them. Bad options raise before any
-    study is created.
+    Where: `settings` (`tlsearch.Settings`; default: `Settings.resolve(mongo=, database=, home=)` of those
+    keywords, over the environment and the config file) select the stores, MongoDB or the embedded default;
+    `stores` gives them fully instead. The cluster: `cluster_options`, or the keywords `client`, `scheduler`,
+    `n_workers`, `security` (`tlsearch.cluster.ClusterOptions`; with none of them, the settings' scheduler and
+    TLS files, else a LocalCluster on 127.0.0.1). The budget: `budget`, or the keywords `n_trials`, `timeout`,
+    `parallelism` (`Budget`; n_trials and timeout default to the study's). `resume=True` requires the study to
+    exist. Trials a dead driver left RUNNING are failed and retried (at start and every heartbeat interval).
+    Ctrl-C or SIGTERM stops starting trials and waits for running ones; a second Ctrl-C fails them. Bad options
+    raise before any study is created.
     """
     _refuse_spawned_import()
-    stores = stores or Stores.resolve(mongo, database, home)
+    settings = _grouped(options, _WHERE, settings, "settings", lambda **where: Settings.resolve(**where))
+    stores = stores or Stores.of(settings)
+    where = _grouped(options, _CLUSTER, cluster_options, "cluster_options", cluster.ClusterOptions)
+    where = _with_settings(where, settings)
+    budget = _grouped(options, _BUDGET, budget, "budget", Budget)
+    budget = dataclasses.replace(
+        budget,
+        n_trials=budget.n_trials if budget.n_trials is not None else spec.n_trials,
+        timeout=budget.timeout if budget.timeout is not None else spec.timeout,
+    )
+    if options:
+        raise TypeError(f"drive() got unexpected keyword argument(s): {', '.join(sorted(options))}")
     name = check_study_name(name or spec.name)
-    n_trials = n_trials if n_trials is not None else spec.n_trials
-    timeout = timeout if timeout is not None else spec.timeout
-    _check_budget(n_trials, timeout, parallelism, n_workers if client is None and not scheduler else None)
+    _check_budget(budget, where.n_workers if where.is_local else None)
     spaces.check_space(spec.space, name)
 
     with DriverLock(stores, name) as driver_lock, Interrupts() as interrupts:
@@ -99,25 +109,41 @@ def drive(
             fail_abandoned_trials(study, spec, all_running=driver_lock.alone)
             driver_lock.share()
             done = _count_done(study)
-            if n_trials is not None and done >= n_trials:
-                return RunResult(study, NOTHING_TO_DO, f"{done}/{n_trials} trials finished")
-            with cluster.connect(scheduler, n_workers, client, security) as dask_client:
+            if budget.n_trials is not None and done >= budget.n_trials:
+                return RunResult(study, NOTHING_TO_DO, f"{done}/{budget.n_trials} trials finished")
+            with cluster.connect(where) as dask_client:
                 cluster.check_stores_reachable(dask_client, stores)
-                dispatcher = Dispatcher(
-                    study, spec, stores, dataset_ref, dask_client, parallelism, n_trials, timeout, progress, interrupts
-                )
+                dispatcher = Dispatcher(study, spec, stores, dataset_ref, dask_client, budget, progress, interrupts)
                 return RunResult(study, *dispatcher.run())
 
 
-def _check_budget(n_trials, timeout, parallelism, n_workers) -> None:
+def _grouped(options: dict, names: tuple[str, ...], given, keyword: str, make):
+    """`given`, or the object `make` builds from the keywords `names` taken out of `options`; both is an error."""
+    values = {name: options.pop(name) for name in names if name in options}
+    if given is not None and values:
+        raise TypeError(f"give {keyword}= or {', '.join(f'{name}=' for name in values)}, not both")
+    return given if given is not None else make(**values)
+
+
+def _with_settings(where: cluster.ClusterOptions, settings: Settings) -> cluster.ClusterOptions:
+    """The settings fill in what the cluster options leave open: the scheduler, when they name no client,
+    scheduler or number of workers, and TLS."""
+    if where.is_local and where.n_workers is None:
+        where = dataclasses.replace(where, scheduler=settings.scheduler_address())
+    if where.security is None:
+        where = dataclasses.replace(where, security=cluster.tls_security(*settings.tls_files()))
+    return where
+
+
+def _check_budget(budget: Budget, n_workers: int | None) -> None:
     """Refuse budgets and sizes that cannot run, before a study is created."""
-    if n_trials is None and timeout is None:
+    if budget.n_trials is None and budget.timeout is None:
         raise TLSearchError("give the study a budget: n_trials and/or timeout")
     for option, value, low in (
-        ("n_trials (--n-trials)", n_trials, "at least 1"),
-        ("parallelism (--parallelism)", parallelism, "at least 1"),
+        ("n_trials (--n-trials)", budget.n_trials, "at least 1"),
+        ("parallelism (--parallelism)", budget.parallelism, "at least 1"),
         ("n_workers (--workers)", n_workers, "at least 1"),
-        ("timeout (--timeout)", timeout, "more than 0 seconds"),
+        ("timeout (--timeout)", budget.timeout, "more than 0 seconds"),
     ):
         if value is not None and (value < 1 if low == "at least 1" else value <= 0):
             raise TLSearchError(f"{option} must be {low}, got {value:g}")

@@ -1,17 +1,19 @@
 """The one MongoDB layer of the study store, the dataset store and the artifact store: a client that fails fast
 and clearly when the server cannot be reached (`connect`), retries while it is briefly away (`retrying`), and
-URIs shown without their credentials or secret options (`mask_uri`, `scrub`), and GridFS files read back chunk
-by chunk, checked (`read_gridfs_chunks`)."""
+URIs shown without their credentials or secret options (`mask_uri`, `scrub`), and GridFS files written from a
+stream (`write_gridfs_file`) and read back chunk by chunk, checked (`read_gridfs_chunks`)."""
 
 from __future__ import annotations
 
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import pymongo
+from bson import Binary, ObjectId
 from pymongo.collection import Collection
 from pymongo.errors import AutoReconnect, ConfigurationError, CursorNotFound, OperationFailure, PyMongoError
 
@@ -156,3 +158,76 @@ def read_gridfs_chunks(
             cursor.close()
     if n != n_chunks:
         raise GridFSDamagedError("truncated", f"{n} of {n_chunks} chunks")
+
+
+# The files document of a GridFS file being written carries this field until its last chunk is in.
+UPLOADING = "uploading"
+
+
+def write_gridfs_file(
+    files: Collection,
+    chunks: Collection,
+    pieces: Iterable[bytes | memoryview],
+    *,
+    filename: str,
+    metadata: dict | None = None,
+    chunk_size: int,
+    batch_bytes: int = 16 << 20,
+    on_batch: Callable[[int], None] | None = None,
+) -> tuple[ObjectId, int]:
+    """Write one GridFS file (the standard layout) from byte pieces of any length; (its id, its length).
+
+    The files document goes first, marked `UPLOADING` (length 0) until the last chunk is in, so a cleanup by
+    its filename or metadata finds the chunks of an upload that died halfway, and readers that list files skip
+    it; then its length and `uploadDate` are set, so the newest `uploadDate` is the newest complete file.
+    Chunks go in batches of about `batch_bytes`; `on_batch(nbytes)` runs after each. On an error the file and
+    its chunks are deleted and the error propagates."""
+    file_id, n, length, batch, in_batch = ObjectId(), 0, 0, [], 0
+    document = {
+        "_id": file_id,
+        "length": 0,
+        "chunkSize": chunk_size,
+        "uploadDate": datetime.now(timezone.utc),
+        "filename": filename,
+    }
+    files.insert_one({**document, **({"metadata": metadata} if metadata is not None else {}), UPLOADING: True})
+    try:
+        for chunk in _rechunk(pieces, chunk_size):
+            batch.append({"files_id": file_id, "n": n, "data": Binary(chunk)})
+            n, length, in_batch = n + 1, length + len(chunk), in_batch + len(chunk)
+            if in_batch >= batch_bytes:
+                _insert_chunks(chunks, batch, in_batch, on_batch)
+                batch, in_batch = [], 0
+        if batch:
+            _insert_chunks(chunks, batch, in_batch, on_batch)
+        files.update_one(
+            {"_id": file_id},
+            {"$set": {"length": length, "uploadDate": datetime.now(timezone.utc)}, "$unset": {UPLOADING: ""}},
+        )
+    except BaseException:
+        chunks.delete_many({"files_id": file_id})
+        files.delete_one({"_id": file_id})
+        raise
+    return file_id, length
+
+
+def _insert_chunks(chunks: Collection, batch: list[dict], nbytes: int, on_batch: Callable[[int], None] | None) -> None:
+    chunks.insert_many(batch, ordered=True)
+    if on_batch is not None:
+        on_batch(nbytes)
+
+
+def _rechunk(pieces: Iterable[bytes | memoryview], size: int) -> Iterator[bytes]:
+    """Byte pieces of any length → consecutive chunks of exactly `size` bytes (the last may be shorter)."""
+    buffer = bytearray()
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        while view.nbytes:
+            take = min(size - len(buffer), view.nbytes)
+            buffer += view[:take]
+            view = view[take:]
+            if len(buffer) == size:
+                yield bytes(buffer)
+                buffer = bytearray()
+    if buffer:
+        yield bytes(buffer)

@@ -22,7 +22,6 @@ import numpy as np
 import optuna
 
 from tlsearch import spaces, study_attrs, study_files
-from tlsearch.config import DEFAULT_DATABASE
 from tlsearch.cv import Holdout
 from tlsearch.data import HostCache
 from tlsearch.errors import TLSearchError
@@ -133,7 +132,7 @@ def refit(
 
 
 def load_model(
-    name: str, *, mongo: str | None = None, database: str = DEFAULT_DATABASE, home=None, stores: Stores | None = None
+    name: str, *, mongo: str | None = None, database: str | None = None, home=None, stores: Stores | None = None
 ):
     """The refit model of study `name` (a `keras.Model` or a scikit-learn estimator), loaded safely.
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import optuna
 
-from tlsearch import config
+from tlsearch.config import DEFAULT_DATABASE, Settings, journal_path
 from tlsearch.errors import TLSearchError
 from tlsearch.mongo import mask_uri
 
@@ -35,21 +35,23 @@ class Stores:
     """
 
     mongo_uri: str | None = None
-    database: str = config.DEFAULT_DATABASE
+    database: str = DEFAULT_DATABASE
     home: Path = Path(".tlsearch")
     heartbeat_interval: int = HEARTBEAT_INTERVAL
     grace_period: int = GRACE_PERIOD
 
     @classmethod
     def resolve(
-        cls,
-        mongo_uri: str | None = None,
-        database: str = config.DEFAULT_DATABASE,
-        home: str | Path | None = None,
-        **heartbeat,
+        cls, mongo_uri: str | None = None, database: str | None = None, home: str | Path | None = None, **heartbeat
     ) -> Stores:
-        """Apply the configuration rules (argument, then environment, then default)."""
-        return cls(config.mongo_uri(mongo_uri), database, config.home(home), **heartbeat)
+        """The stores these values select, each not given taken from `Settings.resolve` (environment, config
+        file, default)."""
+        return cls.of(Settings.resolve(mongo=mongo_uri, database=database, home=home), **heartbeat)
+
+    @classmethod
+    def of(cls, settings: Settings, **heartbeat) -> Stores:
+        """The stores `settings` select."""
+        return cls(settings.mongo, settings.database, settings.home, **heartbeat)
 
     @property
     def is_local(self) -> bool:
@@ -78,7 +80,7 @@ def _open_study_storage(stores: Stores) -> optuna.storages.BaseStorage:
     from tlsearch.storage._journal import open_journal
 
     if stores.is_local:
-        path = config.journal_path(stores.home)
+        path = journal_path(stores.home)
         path.parent.mkdir(parents=True, exist_ok=True)
         return open_journal(str(path))
 
@@ -94,14 +96,14 @@ def _open_study_storage(stores: Stores) -> optuna.storages.BaseStorage:
 def _open_artifact_store(stores: Stores):
     from tlsearch.artifacts import open_artifact_store
 
-    return open_artifact_store(stores.mongo_uri, database=stores.database, root=stores.home)
+    return open_artifact_store(stores.mongo_uri, database=stores.database, home=stores.home)
 
 
 @functools.cache
 def _open_dataset_store(stores: Stores):
     from tlsearch.data import open_dataset_store
 
-    return open_dataset_store(stores.mongo_uri, database=stores.database, root=stores.home)
+    return open_dataset_store(stores.mongo_uri, database=stores.database, home=stores.home)
 
 
 def check_study_name(name: object) -> str:

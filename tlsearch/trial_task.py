@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from tlsearch import _optuna_compat as compat
 from tlsearch import cv
-from tlsearch.data import HostCache
+from tlsearch.data import Folds, HostCache
 from tlsearch.stores import Stores
 
 
@@ -126,13 +126,11 @@ def _open_dataset(stores: Stores, ref: str):
     return _host_cache().open(stores.dataset_store(), ref)
 
 
-def _fold_rows(spec, dataset, plan) -> list:
+def _fold_rows(spec, dataset, plan) -> Folds:
     """scikit-learn models get each fold's rows gathered in index order, so their scores equal
     cross_validate's (row order matters to bootstrap and SGD estimators); Keras models and custom loops,
     which shuffle anyway, train on the host cache's laid-out fold arrays without copying them."""
-    if spec.model.gathers_fold_rows:
-        return plan.folds
-    return dataset.folds(plan)
+    return dataset.folds(plan, layout=not spec.model.gathers_fold_rows)
 
 
 def _fold_plan(stores: Stores, plan_hash: str):

@@ -13,7 +13,6 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tlsearch import study_attrs
-from tlsearch.config import DEFAULT_DATABASE
 from tlsearch.errors import TLSearchError
 from tlsearch.pruners import describe as describe_prune_reason
 from tlsearch.stores import Stores
@@ -73,7 +72,7 @@ def results(
     name: str,
     *,
     mongo: str | None = None,
-    database: str = DEFAULT_DATABASE,
+    database: str | None = None,
     home=None,
     states: tuple[TrialState, ...] | None = None,
 ):

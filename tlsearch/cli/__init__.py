@@ -23,7 +23,8 @@ _COMMANDS = ("study", "results", "refit", "dataset", "worker", "examples")
 
 
 def common_options() -> argparse.ArgumentParser:
-    """Options every sub-command accepts (flag, then environment variable, then default)."""
+    """Options every sub-command accepts (over the environment, the config file and the defaults: see
+    `tlsearch.Settings`)."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument(
         "--mongo",
@@ -32,7 +33,9 @@ def common_options() -> argparse.ArgumentParser:
         help="MongoDB URI of the study and dataset stores (default: $TLSEARCH_MONGO_URI, "
         "else the embedded default under --home)",
     )
-    parser.add_argument("--database", default=config.DEFAULT_DATABASE, help="MongoDB database (default: %(default)s)")
+    parser.add_argument(
+        "--database", help=f"MongoDB database (default: $TLSEARCH_DATABASE, else {config.DEFAULT_DATABASE})"
+    )
     parser.add_argument(
         "--home",
         metavar="DIR",
@@ -49,10 +52,16 @@ def common_options() -> argparse.ArgumentParser:
 
 
 def stores_of(args):
-    """The stores the common options select (`--mongo`, `--database`, `--home`)."""
+    """The stores the settings select (`--mongo`, `--database`, `--home`, then the other layers)."""
     from tlsearch.stores import Stores
 
-    return Stores.resolve(args.mongo, args.database, args.home)
+    return Stores.of(args.settings)
+
+
+def settings_of(args) -> config.Settings:
+    """The settings, the command line's options (those the command has) over the other layers."""
+    given = {name: getattr(args, name, None) for name in config.ENVIRONMENT}
+    return config.Settings.resolve(source=lambda name: f"option --{name.replace('_', '-')}", **given)
 
 
 def tls_options() -> argparse.ArgumentParser:
@@ -68,7 +77,7 @@ def security_of(args):
     """The `distributed.Security` the TLS options select, or None for plain TCP."""
     from tlsearch import cluster
 
-    return cluster.tls_security(*config.tls_files(args.tls_ca_file, args.tls_cert, args.tls_key))
+    return cluster.tls_security(*args.settings.tls_files())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args)
     try:
-        args.mongo = config.mongo_uri(args.mongo)  # reads the config file, which may be invalid
-        args.home = config.home(args.home)
+        args.settings = settings_of(args)  # reads the config file and the environment, which may be invalid
         return args.func(args) or 0
     except (TLSearchError, KeyError, ValueError, FileNotFoundError) as error:
         if args.debug:

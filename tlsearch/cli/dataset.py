@@ -7,8 +7,6 @@ import json
 import sys
 import textwrap
 
-from tlsearch import config
-
 _EXAMPLES = {
     "push": (
         "tlsearch dataset push digits sklearn:digits\n"
@@ -123,7 +121,8 @@ def _trailing_copy(parent: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def _store(args):
     from tlsearch.data import open_dataset_store
 
-    return open_dataset_store(args.mongo, database=args.database, root=args.home)
+    settings = args.settings
+    return open_dataset_store(settings.mongo, database=settings.database, home=settings.home)
 
 
 def _progress(description: str, total: int):
@@ -237,7 +236,7 @@ def _verify(args) -> int:
         with _progress(f"verify {info.ref}", stored_size(info)) as bar:
             store.verify(info.ref, progress=bar.update)
         print(f"{info.ref}: stored copy ok ({_size(store.stats.bytes_received)} read, sha256 {info.hash[:12]})")
-        state = HostCache(config.cache_dir(args.cache_dir)).verify(store, info.ref)
+        state = HostCache(args.settings.cache_dir).verify(store, info.ref)
     print(
         {
             "absent": "  not in this host's cache",

@@ -175,7 +175,7 @@ def _report(args) -> int:
     from tlsearch.report import write_report
 
     study = _load(args)
-    path = Path(args.output) if args.output else args.home / "reports" / f"{args.name}.html"
+    path = Path(args.output) if args.output else args.settings.home / "reports" / f"{args.name}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     print(f"report: {write_report(study, path, png=args.png)}")
     return 0
@@ -199,7 +199,7 @@ def _copy(args) -> int:
     from tlsearch.stores import Stores
 
     source = stores_of(args)
-    target = Stores.resolve(args.to, args.to_database or args.database, args.home)
+    target = Stores.resolve(args.to, args.to_database or args.settings.database, args.settings.home)
     to_name = args.to_name or args.name
     study_attrs.copy(source, target, args.name, to_name)
     print(f"copied study {args.name!r} with its dataset from {source.describe()} to {target.describe()} as {to_name!r}")

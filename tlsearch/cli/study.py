@@ -6,8 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from tlsearch import config
-from tlsearch.cli import security_of, stores_of, tls_options
+from tlsearch.cli import stores_of, tls_options
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +116,8 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
     stores = stores_of(args)
     result = driver.drive(
         spec,
+        settings=args.settings,
         stores=stores,
-        scheduler=config.scheduler(args.scheduler, args.scheduler_file),
         n_workers=args.workers,
         parallelism=args.parallelism,
         n_trials=args.n_trials,
@@ -127,7 +126,6 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
         study_file=study_file,
         progress="off" if args.quiet else args.progress,
         resume=resume,
-        security=security_of(args),
     )
     if result.reason == driver.NOTHING_TO_DO:
         log.info("nothing to do: %s", result.detail)

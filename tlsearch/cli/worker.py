@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-from tlsearch import config
 from tlsearch.cli import security_of, tls_options
 from tlsearch.errors import TLSearchError
 
@@ -54,7 +53,7 @@ def register(subparsers, parent) -> None:
 def _worker(args) -> int:
     from tlsearch import cluster
 
-    scheduler = config.scheduler(args.scheduler, args.scheduler_file)
+    scheduler = args.settings.scheduler_address()
     if not scheduler:
         raise TLSearchError(
             "give the scheduler's address: --scheduler tcp://HOST:8786 or --scheduler-file PATH "

@@ -19,7 +19,7 @@ from tlsearch.data._errors import (
     FoldPlanMismatchError,
     FoldPlanNotFoundError,
 )
-from tlsearch.data._fold_views import Fold
+from tlsearch.data._fold_views import Fold, Folds
 from tlsearch.data._folds import FoldPlan, describe_splitter
 from tlsearch.data._hashing import hash_arrays
 from tlsearch.data._info import ARRAY_NAMES, DatasetInfo, parse_ref
@@ -42,6 +42,7 @@ __all__ = [
     "DatasetStore",
     "DatasetValidationError",
     "Fold",
+    "Folds",
     "FoldPlan",
     "FoldPlanMismatchError",
     "FoldPlanNotFoundError",

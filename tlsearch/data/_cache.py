@@ -1,6 +1,6 @@
 """The host-local dataset cache: each host downloads a dataset once, and every process maps it read-only.
 
-Layout of the cache folder (default tlsearch.config.cache_dir()):
+Layout of the cache folder (default: the settings' `cache_dir`, see `tlsearch.Settings`):
   data/HASH/ARRAY.npy + verified.json     a dataset's arrays, as downloaded and checked
   plans/PLAN/{plan.json,indices.npy}      fold plans fetched from the store
   layouts/HASH/PLAN/...                   fold layouts (see _fold_views): every fold's rows contiguous
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
-from tlsearch import config
+from tlsearch.config import Settings
 from tlsearch.data._dataset import Dataset
 from tlsearch.data._errors import DatasetCorruptedError, DatasetError
 from tlsearch.data._fold_views import FoldLayout, plan_layout, write_layout_rows
@@ -75,7 +75,7 @@ class HostCache:
     def __init__(
         self, cache_dir: str | os.PathLike | None = None, *, max_bytes: int | None = None, progress: bool | None = None
     ) -> None:
-        self.root = config.cache_dir(cache_dir)
+        self.root = Path(cache_dir).expanduser().absolute() if cache_dir else Settings.resolve().cache_dir
         self.max_bytes = max_bytes
         self.progress = progress
         self._plans: dict[str, FoldPlan] = {}

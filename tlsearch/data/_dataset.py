@@ -9,7 +9,7 @@ from types import MappingProxyType
 import numpy as np
 
 from tlsearch.data._errors import FoldPlanMismatchError
-from tlsearch.data._fold_views import Fold, FoldLayout, fold_views
+from tlsearch.data._fold_views import Fold, FoldLayout, Folds, fold_views, gathered_fold
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._info import GROUPS, SAMPLE_WEIGHT, DatasetInfo
 from tlsearch.data._locks import UseLock
@@ -78,21 +78,15 @@ class Dataset:
                 f"not for {self.info.ref} (sha256 {self.info.hash[:12]})"
             )
         if not layout:
-            train, validation = plan.folds[k]
-            return Fold(
-                k,
-                MappingProxyType({n: a[train] for n, a in self.arrays.items()}),
-                MappingProxyType({n: a[validation] for n, a in self.arrays.items()}),
-                train,
-                validation,
-            )
+            return gathered_fold(k, self.arrays, *plan.folds[k])
         if plan.hash not in self._layouts:
             self._layouts[plan.hash] = self._open_layout(self, plan)
         layout, arrays = self._layouts[plan.hash]
         return fold_views(k, layout.spans[k], self.arrays, arrays, layout.order)
 
-    def folds(self, plan: FoldPlan) -> list[Fold]:
-        return [self.fold(plan, k) for k in range(plan.n_splits)]
+    def folds(self, plan: FoldPlan, *, layout: bool = True) -> Folds:
+        """Every fold of `plan`, each made when read (see `fold`)."""
+        return Folds(plan.n_splits, lambda k: self.fold(plan, k, layout=layout))
 
     def close(self) -> None:
         """Let the cache evict this dataset again (arrays already handed out stay readable)."""

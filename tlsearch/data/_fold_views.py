@@ -17,7 +17,7 @@ Train rows then come in layout order, not sorted: `Fold.train_index` says which 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -38,6 +38,41 @@ class Fold:
     validation: Mapping[str, np.ndarray]
     train_index: np.ndarray
     validation_index: np.ndarray
+
+
+class Folds(Sequence[Fold]):
+    """The folds of one trial, each made when it is read (`make(number)`): gathered rows cost one fold's
+    memory at a time, not all of them at once."""
+
+    def __init__(self, count: int, make: Callable[[int], Fold]) -> None:
+        self._count, self._make = count, make
+
+    @classmethod
+    def gathered(cls, arrays: Mapping[str, np.ndarray], pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> Folds:
+        """Folds from (train rows, validation rows) index pairs, as scikit-learn's splitters yield them."""
+        return cls(len(pairs), lambda number: gathered_fold(number, arrays, *pairs[number]))
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, number):  # an int (a slice gives a list)
+        if isinstance(number, slice):
+            return [self[k] for k in range(self._count)[number]]
+        if not -self._count <= number < self._count:
+            raise IndexError(f"fold {number} out of range: there are {self._count} folds")
+        return self._make(number % self._count)
+
+
+def gathered_fold(number: int, arrays: Mapping[str, np.ndarray], train: np.ndarray, validation: np.ndarray) -> Fold:
+    """Fold `number` with its rows copied out of `arrays` in index order, as scikit-learn's cross_validate
+    does (row order matters to bootstrap and SGD estimators)."""
+    return Fold(
+        number,
+        MappingProxyType({name: np.asarray(array[train]) for name, array in arrays.items()}),
+        MappingProxyType({name: np.asarray(array[validation]) for name, array in arrays.items()}),
+        np.asarray(train),
+        np.asarray(validation),
+    )
 
 
 @dataclass(frozen=True)

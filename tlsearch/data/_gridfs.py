@@ -21,23 +21,23 @@ from __future__ import annotations
 import io
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import BinaryIO
 
 import numpy as np
 import pymongo
-from bson import Binary, ObjectId
+from bson import ObjectId
 from pymongo.errors import DuplicateKeyError
 
 from tlsearch.config import DEFAULT_DATABASE
 from tlsearch.data._errors import DatasetBusyError, DatasetCorruptedError, DatasetNotFoundError, FoldPlanNotFoundError
 from tlsearch.data._folds import FoldPlan
-from tlsearch.data._info import DatasetInfo, check_name, describe_arrays, parse_ref
+from tlsearch.data._info import DatasetInfo, check_name, parse_ref
 from tlsearch.data._npy import iter_npy
 from tlsearch.data._paths import check_sha256
 from tlsearch.data._store import DatasetStore, Progress, version_for_push
-from tlsearch.mongo import GridFSDamagedError, connect, read_gridfs_chunks
+from tlsearch.mongo import GridFSDamagedError, connect, read_gridfs_chunks, write_gridfs_file
 
 CHUNK_BYTES = 4 << 20  # measured on the test server: 1 MiB ≈ 110 MB/s in, 4-8 MiB ≈ 135 MB/s in and faster out
 READ_BATCH_BYTES = 12 << 20
@@ -154,15 +154,7 @@ class MongoDatasetStore(DatasetStore):
                 return decision
             record_id = ObjectId()
             self._acquire_content(content_hash, arrays, record_id, progress)
-            info = DatasetInfo(
-                name,
-                decision,
-                content_hash,
-                describe_arrays(arrays),
-                metadata,
-                datetime.now(timezone.utc),
-                sum(a.nbytes for a in arrays.values()),
-            )
+            info = DatasetInfo.of(name, decision, content_hash, arrays, metadata)
             try:
                 self._records.insert_one({"_id": record_id, **info.to_document()})
                 return info
@@ -263,41 +255,27 @@ class MongoDatasetStore(DatasetStore):
     def _upload(
         self, pieces: Iterable[memoryview], filename: str, metadata: dict, progress: Progress | None, heartbeat=None
     ) -> dict:
-        """Write one GridFS file from byte pieces. The files document comes first (length 0 until done), so
-        a cleanup by `metadata.upload` finds the chunks of an upload that died halfway."""
-        file_id, n, length, batch, batch_bytes = ObjectId(), 0, 0, [], 0
-        self._files.insert_one(
-            {
-                "_id": file_id,
-                "length": 0,
-                "chunkSize": self.chunk_bytes,
-                "uploadDate": datetime.now(timezone.utc),
-                "filename": filename,
-                "metadata": metadata,
-            }
-        )
-        try:
-            for chunk in _rechunk(pieces, self.chunk_bytes):
-                batch.append({"files_id": file_id, "n": n, "data": Binary(chunk)})
-                n, length, batch_bytes = n + 1, length + len(chunk), batch_bytes + len(chunk)
-                if batch_bytes >= WRITE_BATCH_BYTES:
-                    self._insert_chunks(batch, batch_bytes, progress, heartbeat)
-                    batch, batch_bytes = [], 0
-            if batch:
-                self._insert_chunks(batch, batch_bytes, progress, heartbeat)
-            self._files.update_one({"_id": file_id}, {"$set": {"length": length}})
-        except BaseException:
-            self._delete_files({"_id": file_id})
-            raise
-        return {"id": file_id, "length": length, "chunk_size": self.chunk_bytes}
+        """Write one GridFS file from byte pieces (see `tlsearch.mongo.write_gridfs_file`: a cleanup by
+        `metadata.upload` finds the chunks of an upload that died halfway)."""
 
-    def _insert_chunks(self, batch: list[dict], nbytes: int, progress, heartbeat) -> None:
-        self._chunks.insert_many(batch, ordered=True)
-        self.stats.bytes_sent += nbytes
-        if progress:
-            progress(nbytes)
-        if heartbeat:
-            heartbeat()
+        def sent(nbytes: int) -> None:
+            self.stats.bytes_sent += nbytes
+            if progress:
+                progress(nbytes)
+            if heartbeat:
+                heartbeat()
+
+        file_id, length = write_gridfs_file(
+            self._files,
+            self._chunks,
+            pieces,
+            filename=filename,
+            metadata=metadata,
+            chunk_size=self.chunk_bytes,
+            batch_bytes=WRITE_BATCH_BYTES,
+            on_batch=sent,
+        )
+        return {"id": file_id, "length": length, "chunk_size": self.chunk_bytes}
 
     # -- delete ----------------------------------------------------------------------------------------------
     def delete(self, ref: str, *, all_versions: bool = False) -> list[DatasetInfo]:
@@ -419,19 +397,3 @@ class MongoDatasetStore(DatasetStore):
         except ValueError as error:
             raise DatasetCorruptedError(f"fold plan {str(plan_hash)[:12]} is damaged: {error}") from None
         return FoldPlan.from_stored(document, indices)
-
-
-def _rechunk(pieces: Iterable[memoryview], size: int) -> Iterator[bytes]:
-    """Byte pieces of any length → consecutive chunks of exactly `size` bytes (the last may be shorter)."""
-    buffer = bytearray()
-    for piece in pieces:
-        view = memoryview(piece).cast("B")
-        while view.nbytes:
-            take = min(size - len(buffer), view.nbytes)
-            buffer += view[:take]
-            view = view[take:]
-            if len(buffer) == size:
-                yield bytes(buffer)
-                buffer = bytearray()
-    if buffer:
-        yield bytes(buffer)

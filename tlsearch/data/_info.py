@@ -91,6 +91,21 @@ class DatasetInfo:
         }
 
     @classmethod
+    def of(
+        cls, name: str, version: int, content_hash: str, arrays: dict[str, np.ndarray], metadata: dict
+    ) -> DatasetInfo:
+        """A new version of dataset `name` holding `arrays` (their content hash given), created now."""
+        return cls(
+            name,
+            version,
+            content_hash,
+            {array: {"dtype": a.dtype.str, "shape": [int(n) for n in a.shape]} for array, a in arrays.items()},
+            metadata,
+            datetime.now(timezone.utc),
+            sum(a.nbytes for a in arrays.values()),
+        )
+
+    @classmethod
     def from_document(cls, doc: dict) -> DatasetInfo:
         created = doc["created"]
         if isinstance(created, str):
@@ -111,7 +126,3 @@ class DatasetInfo:
             created=created,
             size_bytes=int(doc["size_bytes"]),
         )
-
-
-def describe_arrays(arrays: dict[str, np.ndarray]) -> dict[str, dict]:
-    return {name: {"dtype": a.dtype.str, "shape": [int(n) for n in a.shape]} for name, a in arrays.items()}

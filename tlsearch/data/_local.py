@@ -13,7 +13,6 @@ import os
 import shutil
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO
 
@@ -22,7 +21,7 @@ from filelock import FileLock
 
 from tlsearch.data._errors import DatasetCorruptedError, DatasetNotFoundError, FoldPlanNotFoundError
 from tlsearch.data._folds import FoldPlan
-from tlsearch.data._info import DatasetInfo, describe_arrays, parse_ref
+from tlsearch.data._info import DatasetInfo, parse_ref
 from tlsearch.data._npy import PIECE_BYTES, write_npy
 from tlsearch.data._paths import check_sha256, confined
 from tlsearch.data._store import DatasetStore, Progress, version_for_push
@@ -130,15 +129,7 @@ class LocalDatasetStore(DatasetStore):
                     self._contents.mkdir(parents=True, exist_ok=True)
                     os.rename(staged, self._contents / content_hash)
                     staged = None
-                info = DatasetInfo(
-                    name,
-                    decision,
-                    content_hash,
-                    describe_arrays(arrays),
-                    metadata,
-                    datetime.now(timezone.utc),
-                    sum(a.nbytes for a in arrays.values()),
-                )
+                info = DatasetInfo.of(name, decision, content_hash, arrays, metadata)
                 document = info.to_document()
                 document["created"] = info.created.isoformat()
                 self._write_json(self._record_path(name, decision), document)

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tlsearch import config
-from tlsearch.config import DEFAULT_DATABASE
+from tlsearch._renamed import renamed_keywords
+from tlsearch.config import DEFAULT_DATABASE, Settings
 from tlsearch.data._gridfs import MongoDatasetStore
 from tlsearch.data._local import LocalDatasetStore
 from tlsearch.data._store import DatasetStore
 
 
+@renamed_keywords(mongo_uri="mongo", root="home")
 def open_dataset_store(
-    mongo_uri: str | None = None, *, database: str = DEFAULT_DATABASE, root: Path | None = None
+    mongo: str | None = None, *, database: str = DEFAULT_DATABASE, home: str | Path | None = None
 ) -> DatasetStore:
-    """The MongoDB (GridFS) store when `mongo_uri` is given, else the local store under `root`/datasets
-    (`root` defaults to tlsearch.config.home())."""
-    if mongo_uri:
-        return MongoDatasetStore(mongo_uri, database)
-    return LocalDatasetStore(config.home(root) / "datasets")
+    """The MongoDB (GridFS) store when the URI `mongo` is given, else the local store under `home`/datasets
+    (`home` defaults to the settings' `home`, see `tlsearch.Settings`). `mongo_uri=` and `root=` are the
+    deprecated names of `mongo=` and `home=`."""
+    if mongo:
+        return MongoDatasetStore(mongo, database)
+    home = Path(home).expanduser().absolute() if home else Settings.resolve().home
+    return LocalDatasetStore(home / "datasets")

@@ -89,10 +89,14 @@ class ModelKind:
 
 
 class FoldTrainer(Protocol):
-    """Builds a fresh model for each fold, fits it on the fold's training rows and scores it."""
+    """Builds a fresh model for each fold, fits it on the fold's training rows and scores it; `close()` once
+    the trial's folds are done (a trainer that keeps nothing across folds inherits this one)."""
 
     def run(self, params: dict, fold: Fold) -> FoldResult: ...
 
     def fit_full(
         self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None, seed: int
     ) -> Any: ...
+
+    def close(self) -> None:
+        """Free what the trainer keeps across the trial's folds (the Keras trainer: the trial's model)."""

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from tlsearch.models._base import Fold, FoldResult, ModelKind, SpecView
+from tlsearch.models._base import Fold, FoldResult, FoldTrainer, ModelKind, SpecView
 from tlsearch.spec_checks import require
 
 
-class CustomLoopTrainer:
+class CustomLoopTrainer(FoldTrainer):
     """Calls `fn(params, fold, report)`; its whole run counts as fit time (scoring is not timed apart)."""
 
     def __init__(self, spec: SpecView) -> None:

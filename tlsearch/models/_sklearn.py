@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tlsearch.models._base import Fold, FoldResult, ModelKind, SpecView
+from tlsearch.models._base import Fold, FoldResult, FoldTrainer, ModelKind, SpecView
 from tlsearch.spec_checks import require
 
 Scorer = Callable[[Any, np.ndarray, np.ndarray], float]
@@ -27,7 +27,7 @@ def resolve_scorer(metric: Any) -> Scorer:
     return metric
 
 
-class SklearnTrainer:
+class SklearnTrainer(FoldTrainer):
     """Fits `spec.model.factory(params)` on each fold, like scikit-learn's cross_validate."""
 
     def __init__(self, spec: SpecView) -> None:
