@@ -165,9 +165,9 @@ def test_the_local_cluster_listens_on_loopback_only():
     """Scheduler, dashboard and workers of `tlsearch run`'s local cluster: nothing reachable from another host."""
     import psutil
 
-    from tlsearch.cluster import connect
+    from tlsearch.cluster import ClusterOptions, connect
 
-    with connect(n_workers=1) as client:
+    with connect(ClusterOptions(n_workers=1)) as client:
         pids = [os.getpid(), *client.run(os.getpid).values()]
         listening = [
             c.laddr
