@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import signal
+import time
 
 import pytest
 from optuna.trial import TrialState
 
 import tlsearch
+from tests.test_driver import _driver, _kill_group, count, write_study
+from tests.test_lifecycle import _wait_for_running
+from tlsearch import study_attrs
 from tlsearch.cli import main
 from tlsearch.stores import Stores
 from tlsearch.study import load_study_file
@@ -94,6 +100,21 @@ def test_a_failing_fold_task_fails_the_whole_trial_with_its_error(tmp_path):
     assert not study.get_trials(states=(TrialState.RUNNING,))
 
 
+def test_a_multi_objective_trial_runs_split_and_is_told_both_means(tmp_path):
+    path = tmp_path / "two.py"
+    path.write_text(
+        TREE_STUDY.format(fold_parallel='"auto"').replace(
+            "n_trials=1,", 'n_trials=1, metric=["accuracy", "balanced_accuracy"], directions=["maximize"] * 2,'
+        )
+    )
+    study = tlsearch.run(load_study_file(path), stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
+    [trial] = study.trials
+    assert trial.state == TrialState.COMPLETE and trial.user_attrs["fold_tasks"] == 2
+    for value, metric in zip(trial.values, ("accuracy", "balanced_accuracy")):
+        folds = [trial.user_attrs[f"split{k}_test_{metric}"] for k in range(3)]
+        assert value == trial.user_attrs[f"mean_test_{metric}"] == pytest.approx(sum(folds) / 3)
+
+
 def test_the_trials_table_and_report_read_a_split_trial(tmp_path, capsys):
     home, trial = run_tree(tmp_path, '"auto"', "table")
     assert trial.user_attrs["fold_tasks"] == 3
@@ -103,3 +124,39 @@ def test_the_trials_table_and_report_read_a_split_trial(tmp_path, capsys):
     assert float(row["mean_test_score"]) == pytest.approx(trial.value)
     assert all(row[f"split{k}_test_score"] != "" for k in range(3))
     assert main(["report", "tree", "--home", str(home), "-o", str(home / "tree.html")]) == 0
+
+
+def test_a_worker_lost_under_one_fold_task_fails_the_trial_once_and_its_retry_completes(tmp_path):
+    marker = tmp_path / "killed-once"
+    body = (
+        f"if fold.index == 1 and not os.path.exists({str(marker)!r}):\n"
+        f"        open({str(marker)!r}, 'w').close(); os.kill(os.getpid(), 9)"
+    )
+    spec = load_study_file(write_study(tmp_path, n_trials=1, body=body))
+    study = tlsearch.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
+    assert marker.exists()
+    failed, retry = study.trials
+    assert failed.state == TrialState.FAIL and failed.user_attrs["error_type"] == "WorkerLost"
+    assert "split1_test_score" not in failed.user_attrs
+    assert retry.state == TrialState.COMPLETE and retry.system_attrs["failed_trial"] == failed.number
+    assert retry.params == failed.params and retry.user_attrs["fold_tasks"] == 2
+
+
+def test_second_ctrl_c_fails_a_split_trial_once(tmp_path):
+    process = _driver(tmp_path, write_study(tmp_path, n_trials=1, sleep=3))  # 2 workers: 2 fold tasks
+    stores = Stores(home=tmp_path / "home")
+    try:
+        _wait_for_running(lambda: study_attrs.load(stores, "engine"), process)
+        os.killpg(process.pid, signal.SIGINT)
+        time.sleep(1)
+        os.killpg(process.pid, signal.SIGINT)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        _kill_group(process)
+    assert process.returncode == 130, output
+    study = study_attrs.load(stores, "engine")
+    interrupted, retry = study.trials
+    assert interrupted.state == TrialState.FAIL and interrupted.user_attrs["error_type"] == "Interrupted"
+    assert sum(line.startswith("trial ") and "Interrupted" in line for line in output.splitlines()) == 1, output
+    assert retry.state == TrialState.WAITING and retry.system_attrs["failed_trial"] == interrupted.number
+    assert count(study, TrialState.RUNNING) == 0

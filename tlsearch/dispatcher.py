@@ -249,15 +249,14 @@ class Dispatcher:
         self._beat(trial_id)
 
     def _fold_shares(self, job: TrialJob) -> tuple[optuna.Trial | None, list[tuple[int, ...]]]:
-        """The folds each task of a new trial trains: [()] (one task, all its folds), unless workers would sit
-        idle (`fold_tasks.n_tasks`); then also the trial with its params fixed."""
-        free = self.parallelism - len(self.running)
-        if free < 2 or not self.n_trials:
+        """The folds each task of a new trial trains: [()] (one task, all its folds), unless few trials are
+        left in the budget (`fold_tasks.n_tasks`); then also the trial with its params fixed."""
+        if self.parallelism < 2 or not self.n_trials:
             return None, [()]
         if self._n_folds is None:
             self._n_folds = HostCache().fold_plan(self.stores.dataset_store(), self.fold_plan_hash).n_splits
         left = max(0, self.n_trials - self._claimed())  # this trial is RUNNING: counted
-        n_tasks = fold_tasks.n_tasks(self.spec, free, left, self._n_folds)
+        n_tasks = fold_tasks.n_tasks(self.spec, self.parallelism, left, self._n_folds)
         fixed = fold_tasks.fix_params(self.study, self.spec, job.trial_id, job.seed) if n_tasks > 1 else None
         if fixed is None:
             return None, [()]

@@ -23,13 +23,16 @@ from tlsearch.trial_task import TrialOutcome, open_trial
 log = logging.getLogger(__name__)
 
 
-def n_tasks(spec, free: int, left: int, n_folds: int) -> int:
-    """How many tasks the next trial runs as, given `free` task slots (its own included) and `left` trials the
-    budget allows after it: 1, unless the slots outnumber the trials that can still use them (free > left + 1),
-    then min(n_folds, free - left). Always 1 with `StudySpec.fold_parallel=False`, kept predictions, or one fold."""
-    if spec.fold_parallel is False or spec.keep_predictions or n_folds < 2 or free <= left + 1:
+def n_tasks(spec, parallelism: int, left: int, n_folds: int) -> int:
+    """How many tasks the next trial runs as, when the budget allows `left` more trials after it: its share of
+    the `parallelism` task slots among the trials that can still use them, parallelism // (left + 1), at most
+    one task per fold. So 1 while many trials are left, and more for the last few, whose tasks take the workers
+    that the trials before them free; the slots free right now are not what counts, as trials finishing
+    together reach the driver a few at a time. Always 1 with `StudySpec.fold_parallel=False`, kept
+    predictions, or one fold."""
+    if spec.fold_parallel is False or spec.keep_predictions:
         return 1
-    return min(n_folds, free - left)
+    return max(1, min(n_folds, parallelism // (left + 1)))
 
 
 def deal(n_folds: int, n_tasks: int) -> list[tuple[int, ...]]:
@@ -77,7 +80,10 @@ class SplitTrial:
         """Store the trial's folds, reports and summaries (`cv.combine_folds`) and `fold_tasks`; the outcome
         to tell, with the trial's mean score(s)."""
         results = [self.folds[index] for index in sorted(self.folds)]
-        means = cv.combine_folds(self.trial, spec, results, {**first_attrs, "fold_tasks": self.n_tasks})
-        values = means if isinstance(means, list) else [means]
         worker = ", ".join(sorted(self.workers))
+        try:
+            means = cv.combine_folds(self.trial, spec, results, {**first_attrs, "fold_tasks": self.n_tasks})
+        except optuna.exceptions.UpdateFinishedTrialError as error:  # failed meanwhile, e.g. as stale elsewhere
+            return TrialOutcome(TrialState.FAIL, error=cv.describe_failure(error), worker=worker, seconds=self.seconds)
+        values = means if isinstance(means, list) else [means]
         return TrialOutcome(TrialState.COMPLETE, values, worker=worker, seconds=self.seconds)

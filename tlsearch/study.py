@@ -83,7 +83,7 @@ class StudySpec:
     n_trials is the total to reach, counting trials already in the study store; timeout is in seconds.
     retries is how many times the dispatcher re-runs a trial lost to an infrastructure failure.
     fold_parallel="auto" runs a trial's folds as several tasks when workers would otherwise sit idle (fewer
-    trials left in the budget than free workers; see tlsearch.fold_tasks); False always runs one task per trial.
+    trials left in the budget than workers; see tlsearch.fold_tasks); False always runs one task per trial.
     After construction `metrics` and `directions` are tuples (one entry per objective), `direction` is the
     single direction (None for multi-objective), `cv` is a splitter, and `sampler` and `pruner` are set.
     """
