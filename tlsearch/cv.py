@@ -6,7 +6,8 @@ like scikit-learn's cv_results_ (single objective):
     std_train_score (with return_train_score), split{k}_fit_time, mean_fit_time, std_fit_time,
     split{k}_score_time, mean_score_time, std_score_time, split{k}_n_epochs (Keras, custom loops),
     split{k}_curve (custom loops), n_splits, n_folds_run, dataset_hash, fold_plan_hash, and on a pruned trial
-    prune_reason (a dict: the fold, the gap, the tolerance, the reference trial; see tlsearch.pruners).
+    prune_reason (a dict: the fold, the gap, the tolerance, the reference trial; see tlsearch.pruners); a trial
+    whose folds ran as several tasks (tlsearch.fold_tasks) adds fold_tasks and split{k}_worker.
 Multi-objective studies name scores by metric as scikit-learn's multi-metric cv_results_ does:
 split{k}_test_{metric}, mean_test_{metric}, std_test_{metric}, ... Standard deviations use ddof=0, like
 scikit-learn. A pruned trial keeps the attributes of the folds it ran; its means cover those folds.
@@ -142,11 +143,7 @@ def evaluate(
     trial artifact `predictions.npz` (`fold{k}_index`: dataset rows, `fold{k}_predictions`).
     `placement` (where the trial runs: `worker`, and `gpu` on a GPU worker) is stored with the first fold.
     """
-    params = spaces.sample(trial, spec.space)
-    if not isinstance(params, dict):
-        raise spaces.InvalidSpaceError(
-            f"space of study {spec.name!r} returned {type(params).__name__}, expected a dict of hyperparameters"
-        )
+    params = _sample_params(trial, spec)
     if not isinstance(folds, Folds):
         folds = Folds.gathered(arrays, folds)
     trainer = spec.model.trainer(spec, arrays)
@@ -156,6 +153,70 @@ def evaluate(
         return _run_folds(trial, spec, arrays, folds, params, trainer, recorder, artifact_store)
     finally:
         trainer.close()
+
+
+def evaluate_folds(
+    trial: optuna.Trial,
+    spec: SpecView,
+    arrays: Mapping[str, np.ndarray],
+    folds: Sequence[Any],
+    indices: Sequence[int],
+    *,
+    worker: str = "",
+) -> dict[int, FoldResult]:
+    """Train and score only the folds at `indices`, for a trial that runs its folds as several tasks (its
+    params already fixed by the driver, so sampling returns them): each fold's split{k}_* attributes and
+    split{k}_worker are stored as it finishes; nothing is reported and nothing pruned. The results by fold
+    index, for `combine_folds`."""
+    params = _sample_params(trial, spec)
+    trainer = spec.model.trainer(spec, arrays)
+    recorder = _ResultRecorder(trial, spec, {})
+    results: dict[int, FoldResult] = {}
+    try:
+        for index in indices:
+            fold = read_fold(folds[index], _fold_seed(spec, trial, index), trial.number)
+            results[index] = trainer.run(params, fold)
+            recorder.add(index, results[index])
+            recorder.note({f"split{index}_worker": worker})
+            recorder.write()
+    finally:
+        trainer.close()
+    return results
+
+
+def combine_folds(
+    trial: optuna.Trial, spec: SpecView, results: Sequence[FoldResult], first_attrs: dict[str, Any]
+) -> float | list[float]:
+    """Record a trial whose folds ran as several tasks as a sequential run records it: its fold attributes,
+    one report per fold (what `evaluate` would have reported, so pruners compare other trials against it),
+    the summaries and `first_attrs`; return the mean score (one per objective)."""
+    recorder = _ResultRecorder(trial, spec, first_attrs)
+    for index, result in enumerate(results):
+        recorder.add(index, result)
+        if not spec.is_multi_objective:
+            recorder.write(report=_report_value(trial, recorder, result))
+    means = recorder.summarise()
+    return means if spec.is_multi_objective else means[0]
+
+
+def _sample_params(trial: optuna.Trial, spec: SpecView) -> dict:
+    params = spaces.sample(trial, spec.space)
+    if not isinstance(params, dict):
+        raise spaces.InvalidSpaceError(
+            f"space of study {spec.name!r} returned {type(params).__name__}, expected a dict of hyperparameters"
+        )
+    return params
+
+
+def _fold_seed(spec: SpecView, trial: optuna.Trial, index: int) -> int:
+    return derive_seed(spec.seed, spec.name, trial.number, index)
+
+
+def _report_value(trial: optuna.Trial, recorder: _ResultRecorder, result: FoldResult) -> float:
+    """What a trial reports after a fold: the fold score for Optuna's WilcoxonPruner, else the running mean."""
+    if isinstance(trial.study.pruner, optuna.pruners.WilcoxonPruner):
+        return result.test_scores[0]
+    return recorder.running_mean()
 
 
 def _run_folds(
@@ -168,10 +229,9 @@ def _run_folds(
     recorder: _ResultRecorder,
     artifact_store: Any,
 ) -> float | list[float]:
-    reports_fold_scores = isinstance(trial.study.pruner, optuna.pruners.WilcoxonPruner)
     kept: dict[str, np.ndarray] = {}
     for index, rows in enumerate(folds):
-        fold = read_fold(rows, derive_seed(spec.seed, spec.name, trial.number, index), trial.number)
+        fold = read_fold(rows, _fold_seed(spec, trial, index), trial.number)
         fold.epoch_hook = pruners.epoch_hook(trial, index, len(folds)) if not spec.is_multi_objective else None
         try:
             result = trainer.run(params, fold)
@@ -187,7 +247,7 @@ def _run_folds(
         if spec.is_multi_objective:
             recorder.write()
             continue
-        recorder.write(report=result.test_scores[0] if reports_fold_scores else recorder.running_mean())
+        recorder.write(report=_report_value(trial, recorder, result))
         reason = prune_decision(trial, index, len(folds)) if index < len(folds) - 1 else None
         if reason is not None:
             recorder.note({"prune_reason": reason})  # stored with the summaries: no extra write

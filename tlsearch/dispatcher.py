@@ -1,8 +1,9 @@
 """The dispatcher: keeps a study's trials in flight on a Dask cluster until its budget is spent or it is stopped.
 
 `driver.drive` opens the study and the cluster, then hands over to a `Dispatcher`: it asks Optuna for each
-trial, submits it as a task, keeps its heartbeat while the task runs, tells the study how it ended (failing
-and re-queueing it if its worker died), and says why the run ended.
+trial, submits it as a task (or, when workers would sit idle, as several tasks that share its folds:
+`fold_tasks`), keeps its heartbeat while it runs, tells the study how it ended (failing and re-queueing it if
+its worker died), and says why the run ended.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import warnings
 from collections import Counter
 
 import distributed
+import optuna
 from optuna.trial import TrialState
 
 from tlsearch import _optuna_compat as compat
-from tlsearch import cluster, study_attrs
+from tlsearch import cluster, fold_tasks, study_attrs
+from tlsearch.data import HostCache
 from tlsearch.progress import Progress
 from tlsearch.retries import fail_abandoned_trials, fail_and_retry
 from tlsearch.seeds import derive_seed
@@ -77,7 +80,9 @@ class Dispatcher:
         self.parallelism = budget.parallelism or max(
             1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
         )
-        self.running: dict[distributed.Future, tuple[int, int]] = {}  # future -> (trial_id, number)
+        self.running: dict[distributed.Future, tuple[int, int]] = {}  # task -> (trial_id, number)
+        self.split_trials: dict[int, fold_tasks.SplitTrial] = {}  # trial_id -> its tasks, if it runs as several
+        self._n_folds: int | None = None
         self.resources = cluster.trial_resources(client)
         self.slots = TrialSlots(compat.storage_of(study), compat.study_id(study))
         self.stop_reason: str | None = None  # why the driver stopped starting trials, once it has
@@ -127,7 +132,7 @@ class Dispatcher:
                 done = self._next_finished(timeout=1.0)
                 self._settle(done)
                 del done
-                self.progress.update(len(self.running), self._best())
+                self.progress.update(self._trials_in_flight(), self._best())
         finally:
             self._heartbeat_stop.set()
             if self.running:
@@ -171,7 +176,8 @@ class Dispatcher:
         """Record finished trials and refill their slots. Failures are recorded first, so that a retry they
         queue takes the next free slot; the others after the refill, as a whole wave of trials often finishes
         at once and recording takes the driver a few milliseconds per trial."""
-        self._untold = [self._collect(future, result) for future, result in done if future in self.running]
+        collected = [self._collect(future, result) for future, result in done if future in self.running]
+        self._untold = [item for item in collected if item is not None]
         try:
             for failed in [item for item in self._untold if item[2].state == TrialState.FAIL]:
                 self._untold.remove(failed)
@@ -186,7 +192,7 @@ class Dispatcher:
         """Submit trials until the slots are full or the budget's trial slots are all taken."""
         if self.stopping:
             return
-        for _ in range(self.parallelism - len(self.running)):
+        while len(self.running) < self.parallelism:
             if not self.slots.claim(self.n_trials or sys.maxsize, self._claimed):
                 return
             try:
@@ -204,7 +210,7 @@ class Dispatcher:
             reason = INTERRUPTED if self.interrupts.signum == signal.SIGINT else TERMINATED
             self._stop(
                 reason,
-                f"waiting for {len(self.running)} running trial(s)"
+                f"waiting for {self._trials_in_flight()} running trial(s)"
                 + ("; Ctrl-C again to fail them now" if reason == INTERRUPTED else ""),
             )
         elif self.timeout is not None and time.monotonic() - started >= self.timeout:
@@ -234,17 +240,39 @@ class Dispatcher:
             self.fold_plan_hash,
             derive_seed(self.spec.seed, self.study.study_name, trial.number, "sampler"),
         )
-        future = self.client.submit(
-            run_trial,
-            job,
-            self.spec_future,
-            key=f"trial-{self.study.study_name}-{trial.number}-{trial_id}",
-            pure=False,
-            resources=self.resources,
-        )
-        self.running[future] = (trial_id, trial.number)
-        self._finished.add(future)
+        fixed, shares = self._fold_shares(job)
+        key = f"trial-{self.study.study_name}-{trial.number}-{trial_id}"
+        tasks = [
+            self.client.submit(
+                run_trial,
+                dataclasses.replace(job, folds=share),
+                self.spec_future,
+                key=key + (f"-folds-{share[0]}" if share else ""),
+                pure=False,
+                resources=self.resources,
+            )
+            for share in shares
+        ]
+        for task in tasks:
+            self.running[task] = (trial_id, trial.number)
+            self._finished.add(task)
+        if fixed is not None:
+            self.split_trials[trial_id] = fold_tasks.SplitTrial(fixed, tasks)
         self._beat(trial_id)
+
+    def _fold_shares(self, job: TrialJob) -> tuple[optuna.Trial | None, list[tuple[int, ...]]]:
+        """The folds each task of a new trial trains: [()] (one task, all its folds), unless few trials are
+        left in the budget (`fold_tasks.n_tasks`); then also the trial with its params fixed."""
+        if self.parallelism < 2 or not self.n_trials:
+            return None, [()]
+        if self._n_folds is None:
+            self._n_folds = HostCache().fold_plan(self.stores.dataset_store(), self.fold_plan_hash).n_splits
+        left = max(0, self.n_trials - self._claimed())  # this trial is RUNNING: counted
+        n_tasks = fold_tasks.n_tasks(self.spec, self.parallelism, left, self._n_folds)
+        fixed = fold_tasks.fix_params(self.study, self.spec, job.trial_id, job.seed) if n_tasks > 1 else None
+        if fixed is None:
+            return None, [()]
+        return fixed, fold_tasks.deal(self._n_folds, n_tasks)
 
     def _next_finished(self, timeout: float) -> list[tuple[distributed.Future, object]]:
         """The (future, result) pairs of the tasks that finished, waiting up to `timeout` s for the first."""
@@ -253,30 +281,43 @@ class Dispatcher:
                 self._finished.thread_condition.wait(timeout)
         return self._finished.next_batch(block=False)
 
-    def _collect(self, future: distributed.Future, result) -> tuple[int, int, TrialOutcome]:
-        """Take a finished task out of the running set: (trial id, number, outcome)."""
+    def _collect(self, future: distributed.Future, result) -> tuple[int, int, TrialOutcome] | None:
+        """Take a finished task out of the running set: (trial id, number, outcome), or None while other tasks
+        of its trial run. The first task of a split trial that does not complete ends it: the others are
+        cancelled."""
         trial_id, number = self.running.pop(future)
-        if future.status == "finished":
-            return trial_id, number, result
-        # The task itself was lost: worker died, cancelled, unpicklable result.
+        outcome = result if future.status == "finished" else self._lost(result)
+        split = self.split_trials.get(trial_id)
+        if split is None:
+            return trial_id, number, outcome
+        outcome = split.collect(future, outcome)
+        if outcome is None:
+            return None
+        for task in split.pending:
+            task.cancel()
+            self.running.pop(task, None)
+        return trial_id, number, outcome
+
+    @staticmethod
+    def _lost(result) -> TrialOutcome:
+        """The outcome of a task that was itself lost: worker died, cancelled, unpicklable result."""
         error = result[1] if isinstance(result, tuple) else result
-        return (
-            trial_id,
-            number,
-            TrialOutcome(
-                TrialState.FAIL,
-                error={"error_type": "WorkerLost", "error_message": f"{type(error).__name__}: {error}"},
-                retryable=True,
-            ),
+        return TrialOutcome(
+            TrialState.FAIL,
+            error={"error_type": "WorkerLost", "error_message": f"{type(error).__name__}: {error}"},
+            retryable=True,
         )
 
     def _record(self, trial_id: int, number: int, outcome: TrialOutcome) -> None:
         """Tell the study how a trial ended (failing and re-queueing it if it failed)."""
+        split = self.split_trials.pop(trial_id, None)
+        if split is not None and outcome.state == TrialState.COMPLETE:
+            outcome = split.record(self.spec, self._first_attrs())
         if outcome.state == TrialState.FAIL:
             self.failed_in_a_row += 1
             self.last_error = f"{outcome.error.get('error_type')}: {outcome.error.get('error_message')}"
             fail_and_retry(self.study, trial_id, outcome.error, self.spec.retries if outcome.retryable else 0)
-            self.progress.running = len(self.running)
+            self.progress.running = self._trials_in_flight()
             self.progress.finished(number, TrialState.FAIL, None, self.last_error)
             self.spec.run_callbacks(self.study, trial_id)
             return
@@ -285,21 +326,30 @@ class Dispatcher:
         value = outcome.values[0] if outcome.values else None
         if outcome.state == TrialState.COMPLETE:
             self.progress.best = self._best()  # the line printed for this trial counts it
-        self.progress.running = len(self.running)
+        self.progress.running = self._trials_in_flight()
         self.progress.finished(number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}")
         self.spec.run_callbacks(self.study, trial_id)
 
     def _abandon_running(self, reason: str) -> None:
         """Fail the running trials as `Interrupted`, one line each; their retries wait for the next resume."""
-        self.end_detail = f"{len(self.running)} running trial(s) failed as Interrupted, retries queued"
-        running, self.running = self.running, {}
-        for left, (future, (trial_id, number)) in enumerate(running.items(), 1):
-            future.cancel()
+        trials = list(dict.fromkeys(self.running.values()))  # one entry per trial, however many tasks it runs as
+        self.end_detail = f"{len(trials)} running trial(s) failed as Interrupted, retries queued"
+        for task in self.running:
+            task.cancel()
+        self.running, self.split_trials = {}, {}
+        for left, (trial_id, number) in enumerate(trials, 1):
             fail_and_retry(
                 self.study, trial_id, {"error_type": "Interrupted", "error_message": reason}, self.spec.retries
             )
-            self.progress.running = len(running) - left
+            self.progress.running = len(trials) - left
             self.progress.finished(number, TrialState.FAIL, None, f"Interrupted: {reason}")
+
+    def _trials_in_flight(self) -> int:
+        return len(set(self.running.values()))
+
+    def _first_attrs(self) -> dict:
+        """The attributes a trial's first fold stores with its own (`cv.evaluate`)."""
+        return {"dataset_hash": self.dataset_hash, "fold_plan_hash": self.fold_plan_hash, "n_splits": self._n_folds}
 
     def _best(self) -> float | None:
         if len(self.study.directions) > 1:
@@ -311,7 +361,7 @@ class Dispatcher:
     def _heartbeat(self) -> None:
         interval = compat.heartbeat_interval(compat.storage_of(self.study))
         while interval and not self._heartbeat_stop.wait(interval):
-            for trial_id, _ in list(self.running.values()):
+            for trial_id in {trial_id for trial_id, _ in list(self.running.values())}:
                 self._beat(trial_id)
 
     def _beat(self, trial_id: int) -> None:

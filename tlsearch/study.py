@@ -82,6 +82,8 @@ class StudySpec:
 
     n_trials is the total to reach, counting trials already in the study store; timeout is in seconds.
     retries is how many times the dispatcher re-runs a trial lost to an infrastructure failure.
+    fold_parallel="auto" runs a trial's folds as several tasks when workers would otherwise sit idle (fewer
+    trials left in the budget than workers; see tlsearch.fold_tasks); False always runs one task per trial.
     After construction `metrics` and `directions` are tuples (one entry per objective), `direction` is the
     single direction (None for multi-objective), `cv` is a splitter, and `sampler` and `pruner` are set.
     """
@@ -103,6 +105,7 @@ class StudySpec:
     return_train_score: bool = False
     holdout: float | None = None
     keep_predictions: bool = False
+    fold_parallel: str | bool = "auto"
     callbacks: Sequence[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] = ()
     metrics: tuple = field(init=False, repr=False)
     sampler_factory: Callable[[int | None], optuna.samplers.BaseSampler] = field(init=False, repr=False)
@@ -147,6 +150,12 @@ class StudySpec:
         )
         require(isinstance(self.return_train_score, bool), "StudySpec.return_train_score", "must be True or False")
         require(isinstance(self.keep_predictions, bool), "StudySpec.keep_predictions", "must be True or False")
+        require(
+            self.fold_parallel == "auto" or self.fold_parallel is False,
+            "StudySpec.fold_parallel",
+            f"must be 'auto' (split a trial's folds over idle workers) or False (one task per trial), "
+            f"got {self.fold_parallel!r}",
+        )
         require(
             isinstance(self.callbacks, Sequence) and all(callable(c) for c in self.callbacks),
             "StudySpec.callbacks",

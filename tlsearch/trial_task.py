@@ -35,6 +35,7 @@ class TrialJob:
     dataset_hash: str
     fold_plan_hash: str
     seed: int  # the trial's sampler seed
+    folds: tuple[int, ...] = ()  # the folds this task trains when its trial runs split (tlsearch.fold_tasks)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class TrialOutcome:
     retryable: bool = False
     worker: str = ""
     seconds: float = 0.0
+    folds: dict = field(default_factory=dict)  # a fold task's results by fold index (cv.FoldResult)
 
 
 def pack_spec(spec) -> bytes:
@@ -71,25 +73,24 @@ def _unpack_spec(payload: bytes):
 
 def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
     """Evaluate `job`'s trial with the study definition packed by `pack_spec`; never raises for a trial's
-    own failure."""
+    own failure. With `job.folds`, train only those folds (`cv.evaluate_folds`): the outcome holds their results."""
     spec = _unpack_spec(spec_payload)
     started = time.perf_counter()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     try:
-        study = optuna.load_study(
-            study_name=job.study_name,
-            storage=job.stores.study_storage(),
-            sampler=spec.sampler_factory(job.seed),
-            pruner=spec.pruner,
-        )
-        trial = compat.open_trial(study, job.trial_id)
+        trial = open_trial(spec, job.stores.study_storage(), job.study_name, job.trial_id, job.seed)
         dataset = _open_dataset(job.stores, job.dataset_ref)
-        plan = _fold_plan(job.stores, job.fold_plan_hash)
+        rows = _fold_rows(spec, dataset, _fold_plan(job.stores, job.fold_plan_hash))
+        if job.folds:
+            results = cv.evaluate_folds(trial, spec, dataset.arrays, rows, job.folds, worker=worker)
+            return TrialOutcome(
+                TrialState.COMPLETE, folds=results, worker=worker, seconds=time.perf_counter() - started
+            )
         values = cv.evaluate(
             trial,
             spec,
             dataset.arrays,
-            _fold_rows(spec, dataset, plan),
+            rows,
             dataset_hash=job.dataset_hash,
             fold_plan_hash=job.fold_plan_hash,
             artifact_store=job.stores.artifact_store() if spec.keep_predictions else None,
@@ -114,6 +115,14 @@ def _placement(worker: str) -> dict[str, str]:
     tlsearch.cluster.worker_specs), the GPU it is pinned to."""
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     return {"worker": worker, "gpu": gpu} if gpu.strip() not in ("", "-1") else {"worker": worker}
+
+
+def open_trial(spec, storage, study_name: str, trial_id: int, seed: int) -> optuna.Trial:
+    """The trial as its task sees it: in a study object with the trial's own seeded sampler and the study's pruner."""
+    study = optuna.load_study(
+        study_name=study_name, storage=storage, sampler=spec.sampler_factory(seed), pruner=spec.pruner
+    )
+    return compat.open_trial(study, trial_id)
 
 
 @functools.cache
