@@ -263,7 +263,7 @@ def test_store_built_from_a_client_refuses_to_pickle(mongo_client, mongo_db_name
 
 
 def test_bad_arguments_say_what_is_wrong(mongo_uri):
-    with pytest.raises(TypeError, match="MongoDB URL or a MongoClient"):
+    with pytest.raises(TypeError, match="MongoDB URI or a MongoClient"):
         MongoArtifactStore(42)
     with pytest.raises(ValueError, match="chunk_size_bytes"):
         MongoArtifactStore(mongo_uri, chunk_size_bytes=0)

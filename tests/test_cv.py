@@ -209,10 +209,10 @@ def test_custom_loop_gets_fold_arrays_and_reports_a_curve(digits):
     seen = []
 
     def loop(params, fold, report):
-        seen.append((fold.index, fold.seed, fold.x_train.shape, fold.x_valid.shape, fold.y_train.shape))
+        seen.append((fold.index, fold.seed, fold.x_train.shape, fold.x_validation.shape, fold.y_train.shape))
         for epoch in range(3):
             report(0.1 * epoch, epoch)
-        return float(len(fold.y_valid))
+        return float(len(fold.y_validation))
 
     spec = StudySpec(name="custom", dataset="sklearn:digits", space={}, model=CustomLoop(loop), cv=3)
     trial = run(spec, digits)
@@ -223,6 +223,16 @@ def test_custom_loop_gets_fold_arrays_and_reports_a_curve(digits):
     assert trial.value == pytest.approx(1797 / 3)
     assert seen[0][1] == derive_seed(0, "custom", trial.number, 0)  # same study, trial and fold: same seed
     assert len({s[1] for s in seen}) == 3
+
+
+def test_a_custom_loop_reading_the_old_fold_names_still_works_with_a_warning(digits):
+    def loop(params, fold, report):
+        return float(len(fold.y_valid) + 0 * fold.x_valid.shape[0])
+
+    spec = StudySpec(name="old-names", dataset="sklearn:digits", space={}, model=CustomLoop(loop), cv=3)
+    with pytest.warns(DeprecationWarning, match="Fold.y_valid is deprecated: use Fold.y_validation"):
+        trial = run(spec, digits)
+    assert trial.value == pytest.approx(1797 / 3)
 
 
 def test_non_finite_score_fails_the_trial(digits):

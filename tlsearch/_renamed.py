@@ -1,4 +1,4 @@
-"""Keywords renamed by the naming pass (issue 13): the old spelling keeps working, with a DeprecationWarning."""
+"""Keywords renamed by the naming pass: the old spelling keeps working, with a DeprecationWarning."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ def renamed_keywords(**new_for_old: str) -> Callable[[F], F]:
                 if old not in kwargs:
                     continue
                 if new in kwargs:
-                    raise TypeError(f"{function.__name__}() got {old}= and {new}=: give {new}= only")
+                    raise TypeError(f"{function.__qualname__}() got {old}= and {new}=: give {new}= only")
                 warnings.warn(
-                    f"{function.__name__}({old}=...) is deprecated: use {new}=", DeprecationWarning, stacklevel=2
+                    f"{function.__qualname__}({old}=...) is deprecated: use {new}=", DeprecationWarning, stacklevel=2
                 )
                 kwargs[new] = kwargs.pop(old)
             return function(*args, **kwargs)

@@ -47,20 +47,21 @@ class MongoArtifactStore:
     built from a `MongoClient`, it uses that client and cannot be pickled.
     """
 
+    @renamed_keywords(url_or_client="uri_or_client")
     def __init__(
         self,
-        url_or_client: str | pymongo.MongoClient,
+        uri_or_client: str | pymongo.MongoClient,
         database: str = DEFAULT_DATABASE,
         *,
         bucket: str = "artifacts",
         chunk_size_bytes: int = 1024 * 1024,
     ) -> None:
-        if not isinstance(url_or_client, (str, pymongo.MongoClient)):
-            raise TypeError(f"url_or_client must be a MongoDB URL or a MongoClient, got {type(url_or_client).__name__}")
+        if not isinstance(uri_or_client, (str, pymongo.MongoClient)):
+            raise TypeError(f"uri_or_client must be a MongoDB URI or a MongoClient, got {type(uri_or_client).__name__}")
         if chunk_size_bytes < 1:
             raise ValueError(f"chunk_size_bytes must be positive, got {chunk_size_bytes}")
-        self._url = url_or_client if isinstance(url_or_client, str) else None
-        self._client = url_or_client if isinstance(url_or_client, pymongo.MongoClient) else None
+        self._uri = uri_or_client if isinstance(uri_or_client, str) else None
+        self._client = uri_or_client if isinstance(uri_or_client, pymongo.MongoClient) else None
         self._database_name = database
         self._bucket_name = bucket
         self._chunk_size = chunk_size_bytes
@@ -92,12 +93,12 @@ class MongoArtifactStore:
 
     def close(self) -> None:
         """Close the client if this store opened it (built from a URL); a later call reconnects."""
-        if self._url is not None and self._client is not None:
+        if self._uri is not None and self._client is not None:
             self._client.close()
             self._client = None
 
     def __getstate__(self) -> dict[str, Any]:
-        if self._url is None:
+        if self._uri is None:
             raise TypeError("a MongoArtifactStore built from a MongoClient cannot be pickled; build it from a URL")
         return {**self.__dict__, "_client": None, "_connect_lock": None}
 
@@ -112,7 +113,7 @@ class MongoArtifactStore:
         if self._client is None:
             with self._connect_lock:
                 if self._client is None:
-                    self._client = connect(self._url, appname="tlsearch-artifacts")
+                    self._client = connect(self._uri, appname="tlsearch-artifacts")
         return self._client[self._database_name]
 
     @property

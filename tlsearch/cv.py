@@ -278,9 +278,9 @@ def read_fold(rows: DataFold, seed: int, trial_number: int | None = None) -> Fol
     return Fold(
         x_train=train["X"],
         y_train=train["y"],
-        x_valid=valid["X"],
-        y_valid=valid["y"],
-        index=rows.number,
+        x_validation=valid["X"],
+        y_validation=valid["y"],
+        index=rows.index,
         seed=seed,
         sample_weight=train.get("sample_weight"),
         trial_number=trial_number,

@@ -80,7 +80,7 @@ def test_credentials_are_never_shown(mongo_uri, caplog):
     lazy = MongoStorage.__new__(MongoStorage)
     lazy.__setstate__(
         {
-            "url": uri,
+            "uri": uri,
             "database": "db",
             "heartbeat_interval": None,
             "grace_period": None,

@@ -21,7 +21,7 @@ OpenLayout = Callable[["Dataset", FoldPlan], tuple[FoldLayout, dict[str, np.ndar
 class Dataset:
     """A cached dataset, open: read-only memory-mapped arrays shared with every process on the host.
 
-    `dataset["X"]`, `dataset.arrays`, `dataset.info`; `dataset.fold(plan, k)` gives fold k's arrays without
+    `dataset["X"]`, `dataset.arrays`, `dataset.info`; `dataset.fold(plan, index)` gives that fold's arrays without
     copying rows. While open, the dataset is not evicted from the cache; `close()` (or exit) releases it.
     """
 
@@ -64,29 +64,29 @@ class Dataset:
     def n_rows(self) -> int:
         return self.info.n_rows
 
-    def fold(self, plan: FoldPlan, k: int, *, layout: bool = True) -> Fold:
-        """Fold `k` of `plan` as read-only views (no rows copied); the first call per plan lays the rows out
+    def fold(self, plan: FoldPlan, index: int, *, layout: bool = True) -> Fold:
+        """Fold `index` of `plan` as read-only views (no rows copied); the first call per plan lays the rows out
         in this host's cache, once per host, taking about (2 - 1/n_splits) × the dataset on disk.
 
         `layout=False` gathers the fold's rows into new in-memory arrays instead (plan order, one copy per
         process), for datasets too large to lay out."""
-        if not 0 <= k < plan.n_splits:
-            raise IndexError(f"fold {k} out of range: the plan has {plan.n_splits} folds")
+        if not 0 <= index < plan.n_splits:
+            raise IndexError(f"fold {index} out of range: the plan has {plan.n_splits} folds")
         if plan.dataset_hash != self.info.hash:
             raise FoldPlanMismatchError(
                 f"fold plan {plan.hash[:12]} was made for content sha256 {plan.dataset_hash[:12]}, "
                 f"not for {self.info.ref} (sha256 {self.info.hash[:12]})"
             )
         if not layout:
-            return gathered_fold(k, self.arrays, *plan.folds[k])
+            return gathered_fold(index, self.arrays, *plan.folds[index])
         if plan.hash not in self._layouts:
             self._layouts[plan.hash] = self._open_layout(self, plan)
         layout, arrays = self._layouts[plan.hash]
-        return fold_views(k, layout.spans[k], self.arrays, arrays, layout.order)
+        return fold_views(index, layout.spans[index], self.arrays, arrays, layout.order)
 
     def folds(self, plan: FoldPlan, *, layout: bool = True) -> Folds:
         """Every fold of `plan`, each made when read (see `fold`)."""
-        return Folds(plan.n_splits, lambda k: self.fold(plan, k, layout=layout))
+        return Folds(plan.n_splits, lambda index: self.fold(plan, index, layout=layout))
 
     def close(self) -> None:
         """Let the cache evict this dataset again (arrays already handed out stay readable)."""

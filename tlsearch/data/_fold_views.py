@@ -33,7 +33,7 @@ class Fold:
     `train_index[i]` is the dataset row of `train[...][i]` (same for validation); as sets they equal the plan's.
     """
 
-    number: int
+    index: int
     train: Mapping[str, np.ndarray]
     validation: Mapping[str, np.ndarray]
     train_index: np.ndarray
@@ -41,7 +41,7 @@ class Fold:
 
 
 class Folds(Sequence[Fold]):
-    """The folds of one trial, each made when it is read (`make(number)`): gathered rows cost one fold's
+    """The folds of one trial, each made when it is read (`make(index)`): gathered rows cost one fold's
     memory at a time, not all of them at once."""
 
     def __init__(self, count: int, make: Callable[[int], Fold]) -> None:
@@ -50,24 +50,24 @@ class Folds(Sequence[Fold]):
     @classmethod
     def gathered(cls, arrays: Mapping[str, np.ndarray], pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> Folds:
         """Folds from (train rows, validation rows) index pairs, as scikit-learn's splitters yield them."""
-        return cls(len(pairs), lambda number: gathered_fold(number, arrays, *pairs[number]))
+        return cls(len(pairs), lambda index: gathered_fold(index, arrays, *pairs[index]))
 
     def __len__(self) -> int:
         return self._count
 
-    def __getitem__(self, number):  # an int (a slice gives a list)
-        if isinstance(number, slice):
-            return [self[k] for k in range(self._count)[number]]
-        if not -self._count <= number < self._count:
-            raise IndexError(f"fold {number} out of range: there are {self._count} folds")
-        return self._make(number % self._count)
+    def __getitem__(self, index):  # an int (a slice gives a list)
+        if isinstance(index, slice):
+            return [self[i] for i in range(self._count)[index]]
+        if not -self._count <= index < self._count:
+            raise IndexError(f"fold {index} out of range: there are {self._count} folds")
+        return self._make(index % self._count)
 
 
-def gathered_fold(number: int, arrays: Mapping[str, np.ndarray], train: np.ndarray, validation: np.ndarray) -> Fold:
-    """Fold `number` with its rows copied out of `arrays` in index order, as scikit-learn's cross_validate
+def gathered_fold(index: int, arrays: Mapping[str, np.ndarray], train: np.ndarray, validation: np.ndarray) -> Fold:
+    """Fold `index` with its rows copied out of `arrays` in index order, as scikit-learn's cross_validate
     does (row order matters to bootstrap and SGD estimators)."""
     return Fold(
-        number,
+        index,
         MappingProxyType({name: np.asarray(array[train]) for name, array in arrays.items()}),
         MappingProxyType({name: np.asarray(array[validation]) for name, array in arrays.items()}),
         np.asarray(train),
@@ -168,13 +168,13 @@ def _partition_size(folds, first: int, n_rows: int) -> int:
 
 
 def fold_views(
-    number: int,
+    index: int,
     spans: tuple[Span, Span],
     dataset_arrays: Mapping[str, np.ndarray],
     layout_arrays: Mapping[str, np.ndarray],
     order: np.ndarray,
 ) -> Fold:
-    """Fold `number` as views into the dataset's or the layout's memory-mapped arrays."""
+    """Fold `index` as views into the dataset's or the layout's memory-mapped arrays."""
     parts = []
     for source, start, stop in spans:
         if source == "dataset":
@@ -183,7 +183,7 @@ def fold_views(
             arrays, index = layout_arrays, order[start:stop]
         parts.append((MappingProxyType({name: array[start:stop] for name, array in arrays.items()}), index))
     (train, train_index), (validation, validation_index) = parts
-    return Fold(number, train, validation, train_index, validation_index)
+    return Fold(index, train, validation, train_index, validation_index)
 
 
 def write_layout_rows(source: np.ndarray, order: np.ndarray, target: np.ndarray, max_bytes: int = 32 << 20) -> None:

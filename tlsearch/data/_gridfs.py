@@ -30,6 +30,7 @@ import pymongo
 from bson import ObjectId
 from pymongo.errors import DuplicateKeyError
 
+from tlsearch._renamed import renamed_keywords
 from tlsearch.config import DEFAULT_DATABASE
 from tlsearch.data._errors import DatasetBusyError, DatasetCorruptedError, DatasetNotFoundError, FoldPlanNotFoundError
 from tlsearch.data._folds import FoldPlan
@@ -51,18 +52,19 @@ BUCKET = "datasets"
 class MongoDatasetStore(DatasetStore):
     """Datasets in MongoDB (see the module docstring). Picklable when built from a URI: it reconnects lazily."""
 
+    @renamed_keywords(url_or_client="uri_or_client")
     def __init__(
         self,
-        url_or_client: str | pymongo.MongoClient,
+        uri_or_client: str | pymongo.MongoClient,
         database: str = DEFAULT_DATABASE,
         *,
         chunk_bytes: int = CHUNK_BYTES,
     ) -> None:
         super().__init__()
-        if isinstance(url_or_client, str):
-            self._uri, self._client, self._owns_client = url_or_client, None, True
+        if isinstance(uri_or_client, str):
+            self._uri, self._client, self._owns_client = uri_or_client, None, True
         else:
-            self._uri, self._client, self._owns_client = None, url_or_client, False
+            self._uri, self._client, self._owns_client = None, uri_or_client, False
         self.database = database
         self.chunk_bytes = int(chunk_bytes)
         self._indexes_ready = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,13 +43,25 @@ class Fold:
 
     x_train: np.ndarray
     y_train: np.ndarray
-    x_valid: np.ndarray
-    y_valid: np.ndarray
+    x_validation: np.ndarray
+    y_validation: np.ndarray
     index: int
     seed: int
     sample_weight: np.ndarray | None = None
     trial_number: int | None = None
     epoch_hook: Callable[[int, int, Callable[[], float]], None] | None = None
+
+    @property
+    def x_valid(self) -> np.ndarray:
+        """Deprecated name of `x_validation`."""
+        warnings.warn("Fold.x_valid is deprecated: use Fold.x_validation", DeprecationWarning, stacklevel=2)
+        return self.x_validation
+
+    @property
+    def y_valid(self) -> np.ndarray:
+        """Deprecated name of `y_validation`."""
+        warnings.warn("Fold.y_valid is deprecated: use Fold.y_validation", DeprecationWarning, stacklevel=2)
+        return self.y_validation
 
 
 @dataclass

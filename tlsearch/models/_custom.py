@@ -57,7 +57,7 @@ class CustomLoopTrainer(FoldTrainer):
 class CustomLoop(ModelKind):
     """Your own training loop: `fn(params, fold, report) -> score` (a list of scores when multi-objective).
 
-    `fold` has x_train, y_train, x_valid, y_valid, index (0-based fold number), seed and sample_weight
+    `fold` has x_train, y_train, x_validation, y_validation, index (0-based fold number), seed and sample_weight
     (the training rows' weights or None). The arrays are read-only views of this host's dataset cache:
     copy them (`np.array(fold.x_train)`) before changing them in place. `report(value, step)` records a
     point of the fold's learning curve (kept as the trial's user attribute `split{index}_curve`). `refit(params, X, y)`, if given,

@@ -298,10 +298,10 @@ class KerasTrainer:
         )
         fit_time = time.perf_counter() - started
         started = time.perf_counter()
-        test_scores = self._score(model, fold.x_valid, fold.y_valid)
+        test_scores = self._score(model, fold.x_validation, fold.y_validation)
         score_time = time.perf_counter() - started
         train_scores = self._score(model, fold.x_train, fold.y_train) if self._return_train_score else None
-        predictions = self._estimator_view(model).predict(fold.x_valid) if self._keep_predictions else None
+        predictions = self._estimator_view(model).predict(fold.x_validation) if self._keep_predictions else None
         return FoldResult(
             test_scores=test_scores,
             fit_time=fit_time,
@@ -341,7 +341,9 @@ class KerasTrainer:
 
         class EpochPruningCallback(keras.callbacks.Callback):
             def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-                hook(epoch + 1, self.params["epochs"], lambda: score(self.model, fold.x_valid, fold.y_valid)[0])
+                hook(
+                    epoch + 1, self.params["epochs"], lambda: score(self.model, fold.x_validation, fold.y_validation)[0]
+                )
 
         return [EpochPruningCallback()]
 

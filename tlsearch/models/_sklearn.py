@@ -52,12 +52,12 @@ class SklearnTrainer(FoldTrainer):
         estimator.fit(fold.x_train, fold.y_train, **fit_params)
         fit_time = time.perf_counter() - started
         started = time.perf_counter()
-        test_scores = [float(scorer(estimator, fold.x_valid, fold.y_valid)) for scorer in self._scorers]
+        test_scores = [float(scorer(estimator, fold.x_validation, fold.y_validation)) for scorer in self._scorers]
         score_time = time.perf_counter() - started
         train_scores = None
         if self._return_train_score:
             train_scores = [float(scorer(estimator, fold.x_train, fold.y_train)) for scorer in self._scorers]
-        predictions = estimator.predict(fold.x_valid) if self._keep_predictions else None
+        predictions = estimator.predict(fold.x_validation) if self._keep_predictions else None
         return FoldResult(
             test_scores=test_scores,
             fit_time=fit_time,

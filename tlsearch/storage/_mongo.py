@@ -26,6 +26,7 @@ from pymongo import ReturnDocument
 
 from tlsearch import _optuna_compat as compat
 from tlsearch._optuna_compat import BaseHeartbeat
+from tlsearch._renamed import renamed_keywords
 from tlsearch.config import DEFAULT_DATABASE
 from tlsearch.storage import _codec as codec
 from tlsearch.storage._cache import StudyCache
@@ -39,7 +40,7 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
     """Optuna studies and trials in a MongoDB database, safe for any number of concurrent processes.
 
     Args:
-        url_or_client: a MongoDB URI (``mongodb://user:pass@host/?...``), or a ``pymongo.MongoClient``.
+        uri_or_client: a MongoDB URI (``mongodb://user:pass@host/?...``), or a ``pymongo.MongoClient``.
             Built from a URI, the storage can be pickled (it reconnects lazily in the new process);
             built from a client, it cannot.
         database: the database holding the ``studies``, ``trials`` and ``counters`` collections.
@@ -61,9 +62,10 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
     process deletes stays visible here until this process next writes to one of its trials.
     """
 
+    @renamed_keywords(url_or_client="uri_or_client")
     def __init__(
         self,
-        url_or_client: str | pymongo.MongoClient,
+        uri_or_client: str | pymongo.MongoClient,
         database: str = DEFAULT_DATABASE,
         *,
         heartbeat_interval: float | None = None,
@@ -76,7 +78,7 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         self.heartbeat_interval = heartbeat_interval
         self.grace_period = grace_period
         self.heartbeat_stale_trial_callback = heartbeat_stale_trial_callback
-        super().__init__(url_or_client, database)
+        super().__init__(uri_or_client, database)
         self._collections()  # fail now, not at the first trial, if the server cannot be reached
 
     def _start(self, client: pymongo.MongoClient | None) -> None:

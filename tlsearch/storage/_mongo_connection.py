@@ -43,18 +43,18 @@ class MongoConnection:
     state by extending `__getstate__`/`__setstate__`, and their per-process state in `_start`.
     """
 
-    def __init__(self, url_or_client: str | pymongo.MongoClient, database: str = DEFAULT_DATABASE) -> None:
+    def __init__(self, uri_or_client: str | pymongo.MongoClient, database: str = DEFAULT_DATABASE) -> None:
         if not isinstance(database, str) or not database:
             raise ValueError(f"database must be a non-empty string, not {database!r}")
-        if isinstance(url_or_client, str):
-            self._url: str | None = url_or_client
+        if isinstance(uri_or_client, str):
+            self._uri: str | None = uri_or_client
             client = None
-        elif isinstance(url_or_client, pymongo.MongoClient):
-            self._url = None
-            client = url_or_client
+        elif isinstance(uri_or_client, pymongo.MongoClient):
+            self._uri = None
+            client = uri_or_client
         else:
             raise TypeError(
-                f"MongoStorage needs a MongoDB URI or a pymongo.MongoClient, not {type(url_or_client).__name__}"
+                f"MongoStorage needs a MongoDB URI or a pymongo.MongoClient, not {type(uri_or_client).__name__}"
             )
         self._database_name = database
         self._start(client)
@@ -67,26 +67,26 @@ class MongoConnection:
     # Pickling: the URI travels, the connection does not.
 
     def __getstate__(self) -> dict[str, Any]:
-        if self._url is None:
+        if self._uri is None:
             raise TypeError(
                 "a MongoStorage built from a MongoClient cannot be pickled (a client cannot cross processes); "
                 "build it from a URI, MongoStorage('mongodb://...'), to send it to other processes"
             )
-        return {"url": self._url, "database": self._database_name}
+        return {"uri": self._uri, "database": self._database_name}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._url = state["url"]
+        self._uri = state["uri"]
         self._database_name = state["database"]
         self._start(None)
 
     def __repr__(self) -> str:
-        where = repr(mask_uri(self._url)) if self._url is not None else "<MongoClient>"
+        where = repr(mask_uri(self._uri)) if self._uri is not None else "<MongoClient>"
         return f"{type(self).__name__}({where}, database={self._database_name!r})"
 
     def close(self) -> None:
         """Close the connection this storage opened (a client passed in is left to its owner)."""
         with self._lock:
-            if self._url is not None and self._client is not None:
+            if self._uri is not None and self._client is not None:
                 self._client.close()
                 self._client = None
             self._db = None
@@ -94,7 +94,7 @@ class MongoConnection:
     # Connection
 
     def _describe(self) -> str:
-        where = mask_uri(self._url) if self._url is not None else "the given MongoClient's server"
+        where = mask_uri(self._uri) if self._uri is not None else "the given MongoClient's server"
         return f"{where} (database {self._database_name!r})"
 
     def _collections(self) -> Collections:
@@ -108,7 +108,7 @@ class MongoConnection:
 
     def _open(self) -> Collections:
         if self._client is None:
-            self._client = connect(self._url)  # type: ignore[arg-type]
+            self._client = connect(self._uri)  # type: ignore[arg-type]
         else:
             try:
                 ping(self._client)
