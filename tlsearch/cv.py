@@ -163,14 +163,16 @@ def evaluate_folds(
     indices: Sequence[int],
     *,
     worker: str = "",
+    placement: dict[str, str] | None = None,
 ) -> dict[int, FoldResult]:
     """Train and score only the folds at `indices`, for a trial that runs its folds as several tasks (its
     params already fixed by the driver, so sampling returns them): each fold's split{k}_* attributes and
     split{k}_worker are stored as it finishes; nothing is reported and nothing pruned. The results by fold
-    index, for `combine_folds`."""
+    index, for `combine_folds`. `placement` is stored with the first fold, as `evaluate` does (the last
+    task to write it wins)."""
     params = _sample_params(trial, spec)
     trainer = spec.model.trainer(spec, arrays)
-    recorder = _ResultRecorder(trial, spec, {})
+    recorder = _ResultRecorder(trial, spec, dict(placement or {}))
     results: dict[int, FoldResult] = {}
     try:
         for index in indices:

@@ -82,7 +82,9 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
         dataset = _open_dataset(job.stores, job.dataset_ref)
         rows = _fold_rows(spec, dataset, _fold_plan(job.stores, job.fold_plan_hash))
         if job.folds:
-            results = cv.evaluate_folds(trial, spec, dataset.arrays, rows, job.folds, worker=worker)
+            results = cv.evaluate_folds(
+                trial, spec, dataset.arrays, rows, job.folds, worker=worker, placement=_placement(worker)
+            )
             return TrialOutcome(
                 TrialState.COMPLETE, folds=results, worker=worker, seconds=time.perf_counter() - started
             )

@@ -82,6 +82,7 @@ def test_plans_are_stored_by_hash_and_served_as_zero_copy_folds(store, cache, da
         assert sorted(fold.train_index.tolist()) == sorted(train.tolist())
         assert sorted(fold.validation_index.tolist()) == sorted(validation.tolist())
         copied = dataset.fold(plan, k, layout=False)
+        assert fold.index == copied.index == k
         np.testing.assert_array_equal(copied.train_index, train)
         for name in ("X", "y", "groups", "sample_weight"):
             np.testing.assert_array_equal(fold.train[name], dataset[name][fold.train_index])

@@ -178,10 +178,10 @@ def fold_views(
     parts = []
     for source, start, stop in spans:
         if source == "dataset":
-            arrays, index = dataset_arrays, np.arange(start, stop, dtype=np.int64)
+            arrays, rows = dataset_arrays, np.arange(start, stop, dtype=np.int64)
         else:
-            arrays, index = layout_arrays, order[start:stop]
-        parts.append((MappingProxyType({name: array[start:stop] for name, array in arrays.items()}), index))
+            arrays, rows = layout_arrays, order[start:stop]
+        parts.append((MappingProxyType({name: array[start:stop] for name, array in arrays.items()}), rows))
     (train, train_index), (validation, validation_index) = parts
     return Fold(index, train, validation, train_index, validation_index)
 
