@@ -94,7 +94,7 @@ def test_a_failing_fold_task_fails_the_whole_trial_with_its_error(tmp_path):
     assert failed.state == TrialState.FAIL and complete.state == TrialState.COMPLETE
     assert failed.user_attrs["error_type"] == "ValueError"
     assert failed.user_attrs["error_message"] == "fold 1 cannot be trained"
-    assert "split0_worker" in failed.user_attrs, "the failed trial ran as fold tasks"
+    assert "evaluate_folds" in failed.user_attrs["error_traceback"], "the failed trial ran as fold tasks"
     assert "fold_tasks" not in failed.user_attrs and "mean_test_score" not in failed.user_attrs
     assert complete.user_attrs["fold_tasks"] == 3
     assert not study.get_trials(states=(TrialState.RUNNING,))
