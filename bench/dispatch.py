@@ -194,7 +194,7 @@ def main() -> None:
             from tlsearch.testing import TestMongoServer, test_mongo_uri
 
             uri = test_mongo_uri() or stack.enter_context(TestMongoServer())
-            stores["mongo"] = Stores(mongo_uri=uri, database=f"bench_dispatch_{os.getpid()}", home=home)
+            stores["mongo"] = Stores(mongo=uri, database=f"bench_dispatch_{os.getpid()}", home=home)
             stack.callback(lambda: pymongo.MongoClient(uri).drop_database(stores["mongo"].database))
             warm = optuna.create_study(storage=stores["mongo"].study_storage())  # the test server is a JVM:
             warm.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2000)  # let it compile

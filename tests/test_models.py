@@ -13,7 +13,7 @@ from search_spaces.mlp import make_mlp
 from search_spaces.optimizers import compile_model
 from tests.test_cv import memory_study
 from tlsearch.cv import describe_failure, evaluate
-from tlsearch.models import NonFiniteLossError, _keras
+from tlsearch.models import NonFiniteLossError, _keras, _keras_reuse
 from tlsearch.study import CustomLoop, KerasModel, SklearnModel, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -211,7 +211,7 @@ def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digi
     scores, trained = {}, {}
     for builder in (deterministic, alternating):
         built.clear()
-        _keras._kept_model.clear()  # no model traced by an earlier test
+        _keras_reuse.kept_model.clear()  # no model traced by an earlier test
         spec = StudySpec(
             name="reuse",
             dataset="sklearn:digits",
@@ -265,7 +265,7 @@ def test_a_trial_reuses_the_model_an_earlier_trial_traced_when_only_its_learning
         trained = sum(int(model.optimizer.iterations.numpy()) > 0 for model in built[first:])
         return [attrs[f"split{k}_test_score"] for k in range(3)], trained
 
-    _keras._kept_model.clear()
+    _keras_reuse.kept_model.clear()
     first_scores, first_trained = trial(deterministic)
     later_scores, later_trained = trial(deterministic, learning_rate=0.003)
     assert (first_trained, later_trained) == (1, 0)  # the later trial trained the first trial's model

@@ -30,11 +30,11 @@ GRACE_PERIOD = 60
 class Stores:
     """Where a study's trials, datasets and artifacts live.
 
-    With `mongo_uri`, all three are in that MongoDB database; otherwise they are files under `home`
+    With `mongo` (a MongoDB URI), all three are in that MongoDB database; otherwise they are files under `home`
     (the embedded default), which only processes on this host can reach.
     """
 
-    mongo_uri: str | None = None
+    mongo: str | None = None
     database: str = DEFAULT_DATABASE
     home: Path = Path(".tlsearch")
     heartbeat_interval: int = HEARTBEAT_INTERVAL
@@ -42,11 +42,11 @@ class Stores:
 
     @classmethod
     def resolve(
-        cls, mongo_uri: str | None = None, database: str | None = None, home: str | Path | None = None, **heartbeat
+        cls, mongo: str | None = None, database: str | None = None, home: str | Path | None = None, **heartbeat
     ) -> Stores:
         """The stores these values select, each not given taken from `Settings.resolve` (environment, config
         file, default)."""
-        return cls.of(Settings.resolve(mongo=mongo_uri, database=database, home=home), **heartbeat)
+        return cls.of(Settings.resolve(mongo=mongo, database=database, home=home), **heartbeat)
 
     @classmethod
     def of(cls, settings: Settings, **heartbeat) -> Stores:
@@ -55,13 +55,13 @@ class Stores:
 
     @property
     def is_local(self) -> bool:
-        return self.mongo_uri is None
+        return self.mongo is None
 
     def describe(self) -> str:
         """A human description, with any credentials masked."""
         if self.is_local:
             return f"local folder {self.home}"
-        return f"MongoDB {mask_uri(self.mongo_uri)} (database {self.database!r})"
+        return f"MongoDB {mask_uri(self.mongo)} (database {self.database!r})"
 
     def study_storage(self) -> optuna.storages.BaseStorage:
         return _open_study_storage(self)
@@ -85,7 +85,7 @@ def _open_study_storage(stores: Stores) -> optuna.storages.BaseStorage:
         return open_journal(str(path))
 
     return MongoStorage(
-        stores.mongo_uri,
+        stores.mongo,
         stores.database,
         heartbeat_interval=stores.heartbeat_interval,
         grace_period=stores.grace_period,
@@ -96,14 +96,14 @@ def _open_study_storage(stores: Stores) -> optuna.storages.BaseStorage:
 def _open_artifact_store(stores: Stores):
     from tlsearch.artifacts import open_artifact_store
 
-    return open_artifact_store(stores.mongo_uri, database=stores.database, home=stores.home)
+    return open_artifact_store(stores.mongo, database=stores.database, home=stores.home)
 
 
 @functools.cache
 def _open_dataset_store(stores: Stores):
     from tlsearch.data import open_dataset_store
 
-    return open_dataset_store(stores.mongo_uri, database=stores.database, home=stores.home)
+    return open_dataset_store(stores.mongo, database=stores.database, home=stores.home)
 
 
 def check_study_name(name: object) -> str:

@@ -17,13 +17,8 @@ from tlsearch.models._base import (
     is_class_labels,
 )
 from tlsearch.models._custom import CustomLoop
-from tlsearch.models._keras import (  # import keras only when called
-    KerasModel,
-    Target,
-    describe_target,
-    import_keras,
-    prepare_worker,
-)
+from tlsearch.models._keras import KerasModel, Target, describe_target
+from tlsearch.models._keras_backend import import_keras, prepare_worker  # import keras only when called
 from tlsearch.models._sklearn import SklearnModel
 
 __all__ = [

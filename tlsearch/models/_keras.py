@@ -7,9 +7,6 @@ API is used, so KERAS_BACKEND (tensorflow by default, jax, torch) picks the back
 from __future__ import annotations
 
 import gc
-import json
-import os
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,98 +14,16 @@ from typing import Any
 
 import numpy as np
 
+from tlsearch.models import _keras_reuse as reuse
 from tlsearch.models._base import Fold, FoldResult, ModelKind, NonFiniteLossError, SpecView, is_class_labels
+from tlsearch.models._keras_backend import custom_gradient_names, forget_custom_gradients, import_keras
 from tlsearch.models._sklearn import resolve_scorer
 from tlsearch.spec_checks import is_int, require
 
-_keras_ready = False
-_import_lock = threading.Lock()  # a worker imports Keras in the background while its first trial may start
-_cpu_threads: int | None = None  # set in worker processes: see prepare_worker
-# This process's last traced model, by structure, for the next trial of the same structure: see _reuse_trained.
-_kept_model: dict[str, Any] = {}
 # Training steps per call into the backend when a study leaves steps_per_execution at 1 and has no callbacks of
 # its own (Keras calls batch-level callbacks once per call, so theirs would see fewer batches): a step of a
 # small model is mostly Python overhead, and this made a warm 3-epoch fit of the digits MLP 2.7x faster.
 STEPS_PER_EXECUTION = 32
-
-
-def prepare_worker(cpu_threads: int) -> None:
-    """Make this process a trial worker: from the Keras import on, the backend runs CPU operations on
-    `cpu_threads` threads (intra-op and inter-op; TensorFlow only, and only before its first operation),
-    and the objects the import creates are moved out of the garbage collector's sight (gc.freeze).
-
-    Keras and TensorFlow create hundreds of thousands of long-lived objects at import; every full collection
-    walks them all, about a second each on a small machine, and a worker collects after every trial.
-    """
-    global _cpu_threads
-    _cpu_threads = cpu_threads
-
-
-def import_keras() -> Any:
-    """Import keras once per process, with GPU memory allocated on demand rather than all at start."""
-    global _keras_ready
-    with _import_lock:
-        if not _keras_ready:
-            _prepare_backend()
-            if _cpu_threads is not None:
-                gc.freeze()
-            _keras_ready = True
-    import keras
-
-    return keras
-
-
-def _prepare_backend() -> None:
-    # JAX reads this at its own import: without it, every worker process would reserve 75% of each GPU.
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    import keras
-
-    if keras.backend.backend() != "tensorflow":
-        return
-    import tensorflow as tf  # already imported by keras: costs nothing more
-
-    for gpu in tf.config.list_physical_devices("GPU"):
-        try:
-            tf.config.experimental.set_memory_growth(gpu, True)
-        except RuntimeError:  # the GPU was initialised before us: its setting stays as it is
-            pass
-    if _cpu_threads is not None:
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(_cpu_threads)
-            tf.config.threading.set_inter_op_parallelism_threads(_cpu_threads)
-        except RuntimeError:  # TensorFlow already ran an operation here: its thread pools stay as they are
-            pass
-
-
-def _tensorflow_gradient_registry(keras: Any) -> dict | None:
-    if keras.backend.backend() != "tensorflow":
-        return None
-    try:
-        from tensorflow.python.framework import ops
-
-        return ops.gradient_registry._registry
-    except (ImportError, AttributeError):  # a TensorFlow without this registry needs no clean-up
-        return None
-
-
-def _custom_gradient_names(keras: Any) -> set[str] | None:
-    registry = _tensorflow_gradient_registry(keras)
-    return None if registry is None else set(registry)
-
-
-def _forget_custom_gradients(keras: Any, names_before: set[str] | None) -> None:
-    """Drop the custom gradients TensorFlow registered while a fold trained.
-
-    Keras' TensorFlow trainer all-reduces through tf.custom_gradient, and TensorFlow keeps every such
-    gradient in a process-wide registry for good, and with it each traced training graph: about 4 MiB
-    per fold that clear_session cannot free. The fold's model is gone, so nothing uses them any more.
-    """
-    registry = _tensorflow_gradient_registry(keras)
-    if registry is None or names_before is None:
-        return
-    for name in set(registry) - names_before:
-        if name.startswith("CustomGradient-"):
-            registry.pop(name, None)
 
 
 @dataclass(frozen=True)
@@ -194,72 +109,13 @@ class _KerasRegressorView:
         return predictions[:, 0] if predictions.ndim == 2 and predictions.shape[1] == 1 else predictions
 
 
-def _structure(model: Any) -> tuple[str | None, bool]:
-    """(structure, portable). The structure is what two compiled models must share for one to stand in for
-    the other: their classes, configs and compile settings with the names Keras numbers per build (layers,
-    the optimizer) replaced by positions and a constant learning rate left out (it is a variable, reset with
-    the initial state), and their variables' shapes and dtypes; None when the model cannot describe itself
-    (it is then never reused). Portable: the structure holds plain values only, no object that stands for
-    itself (e.g. a custom loss function, which may capture a trial's hyperparameters), so models of
-    different params with that structure are interchangeable; otherwise only models built from the same
-    params are (the folds of one trial)."""
-    opaque: list[Any] = []
-
-    def describe(value: Any) -> str:
-        opaque.append(value)
-        return repr(value)
-
-    try:
-        layers, pending = [model], [model]
-        while pending:
-            inner = getattr(pending.pop(), "layers", None) or []
-            layers += inner
-            pending += inner
-        compile_config = model.get_compile_config()
-        optimizer = (compile_config.get("optimizer") or {}).get("config", {})
-        if isinstance(optimizer.get("learning_rate"), (int, float)):
-            optimizer["learning_rate"] = "#variable"
-        compile_config["steps_per_execution"] = model.steps_per_execution  # as set for training: see _fit
-        config = [type(model).__qualname__, model.get_config(), compile_config]
-        positions = {layer.name: f"#{position}" for position, layer in enumerate(layers)}
-        positions[model.optimizer.name] = "#optimizer"
-        shapes = [(tuple(variable.shape), str(variable.dtype)) for variable in model.variables]
-        return json.dumps([_renamed(config, positions), shapes], sort_keys=True, default=describe), not opaque
-    except Exception:  # a subclassed model or custom object without a serialisable config
-        return None, False
-
-
-def _renamed(value: Any, names: dict[str, str]) -> Any:
-    if isinstance(value, str):
-        return names.get(value, value)
-    if isinstance(value, dict):
-        return {key: _renamed(item, names) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_renamed(item, names) for item in value]
-    return value
-
-
-def _load_initial_state(model: Any, fresh: Any) -> bool:
-    """Give `model` the untrained state of `fresh` (same structure): its variables (weights, seed generators)
-    and its optimizer's variables as built before the first step. False when the optimizers differ."""
-    fresh.optimizer.build(fresh.trainable_variables)
-    pairs = [*zip(model.variables, fresh.variables), *zip(model.optimizer.variables, fresh.optimizer.variables)]
-    if len(model.optimizer.variables) != len(fresh.optimizer.variables) or any(
-        tuple(mine.shape) != tuple(theirs.shape) for mine, theirs in pairs
-    ):
-        return False
-    for mine, theirs in pairs:
-        mine.assign(theirs)
-    return True
-
-
 class KerasTrainer:
     """Runs `spec.model` (a KerasModel) on each fold.
 
     Later folds of a trial train the model of its first fold, reset to the initial state of a model
     freshly built (with the fold's seed) for that fold: the same scores as training the fresh model,
     without tracing the training functions again; so does the next trial on this worker whose model has
-    the same structure (see `_structure`: e.g. another learning rate). `close()` frees the trial's
+    the same structure (see `_keras_reuse.structure`: e.g. another learning rate). `close()` frees the trial's
     graphs; the worker keeps its last traced model only.
 
     A model compiled with the default steps_per_execution=1 runs STEPS_PER_EXECUTION steps per call unless the
@@ -284,7 +140,7 @@ class KerasTrainer:
     def run(self, params: dict, fold: Fold) -> FoldResult:
         keras = import_keras()
         if self._gradients_before is None:
-            self._gradients_before = _custom_gradient_names(keras)
+            self._gradients_before = custom_gradient_names(keras)
         started = time.perf_counter()
         model, n_epochs = self._fit(
             keras,
@@ -318,7 +174,7 @@ class KerasTrainer:
             return
         keras = import_keras()
         self._trained = None
-        _forget_custom_gradients(keras, self._gradients_before)
+        forget_custom_gradients(keras, self._gradients_before)
         self._gradients_before = None
         keras.backend.clear_session()
         gc.collect()
@@ -411,20 +267,20 @@ class KerasTrainer:
         evaluation functions), so later folds of a trial, and later trials of the same structure on this
         worker, train the already traced model.
         """
-        structure, portable = _structure(fresh)
-        if self._trained is None and portable and structure in _kept_model:  # traced by an earlier trial
-            self._trained, self._trained_structure = _kept_model[structure], structure
+        structure, portable = reuse.structure(fresh)
+        if self._trained is None and portable and structure in reuse.kept_model:  # traced by an earlier trial
+            self._trained, self._trained_structure = reuse.kept_model[structure], structure
         if (
             self._trained is not None
             and structure is not None
             and structure == self._trained_structure
-            and _load_initial_state(self._trained, fresh)
+            and reuse.load_initial_state(self._trained, fresh)
         ):
             return self._trained
         self._trained, self._trained_structure = fresh, structure
-        _kept_model.clear()
+        reuse.kept_model.clear()
         if portable:
-            _kept_model[structure] = fresh
+            reuse.kept_model[structure] = fresh
         return fresh
 
     def score(self, model: Any, x: np.ndarray, y: np.ndarray) -> list[float]:
