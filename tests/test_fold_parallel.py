@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import signal
-import time
 
 import pytest
 from optuna.trial import TrialState
 
 import tlsearch
-from tests.test_driver import _driver, _kill_group, count, write_study
-from tests.test_lifecycle import _wait_for_running
+from tests.test_driver import _driver, count, write_study
+from tests.test_lifecycle import ctrl_c_twice
 from tlsearch import study_attrs
 from tlsearch.cli import main
 from tlsearch.stores import Stores
@@ -143,16 +140,10 @@ def test_a_worker_lost_under_one_fold_task_fails_the_trial_once_and_its_retry_co
 
 
 def test_second_ctrl_c_fails_a_split_trial_once(tmp_path):
-    process = _driver(tmp_path, write_study(tmp_path, n_trials=1, sleep=3))  # 2 workers: 2 fold tasks
     stores = Stores(home=tmp_path / "home")
-    try:
-        _wait_for_running(lambda: study_attrs.load(stores, "engine"), process)
-        os.killpg(process.pid, signal.SIGINT)
-        time.sleep(1)
-        os.killpg(process.pid, signal.SIGINT)
-        output, _ = process.communicate(timeout=120)
-    finally:
-        _kill_group(process)
+    process, output = ctrl_c_twice(
+        _driver(tmp_path, write_study(tmp_path, n_trials=1, sleep=3)), stores
+    )  # 2 fold tasks
     assert process.returncode == 130, output
     study = study_attrs.load(stores, "engine")
     interrupted, retry = study.trials

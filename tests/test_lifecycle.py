@@ -51,6 +51,19 @@ def _script(tmp_path, study_file, mongo="", database="tlsearch", guard='if __nam
     )
 
 
+def ctrl_c_twice(process, stores, study="engine"):
+    """Press Ctrl-C twice (a second apart) once `process`, a driver, has a trial running; (process, its output)."""
+    try:
+        _wait_for_running(lambda: study_attrs.load(stores, study), process)
+        os.killpg(process.pid, signal.SIGINT)
+        time.sleep(1)
+        os.killpg(process.pid, signal.SIGINT)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        _kill_group(process)
+    return process, output
+
+
 def _wait_for_running(load, process, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -85,17 +98,8 @@ def test_signal_to_the_process_group_lets_running_trials_complete(tmp_path, sign
 
 
 def test_second_ctrl_c_fails_running_trials_as_interrupted_and_queues_retries(tmp_path):
-    study_file = write_study(tmp_path, n_trials=20, sleep=3)
-    process = _driver(tmp_path, study_file)
     stores = Stores(home=tmp_path / "home")
-    try:
-        _wait_for_running(lambda: study_attrs.load(stores, "engine"), process)
-        os.killpg(process.pid, signal.SIGINT)
-        time.sleep(1)
-        os.killpg(process.pid, signal.SIGINT)
-        output, _ = process.communicate(timeout=120)
-    finally:
-        _kill_group(process)
+    process, output = ctrl_c_twice(_driver(tmp_path, write_study(tmp_path, n_trials=20, sleep=3)), stores)
     assert process.returncode == 130, output
     assert "Traceback" not in output, output
     study = study_attrs.load(stores, "engine")
