@@ -580,7 +580,7 @@ def main(argv: list[str] | None = None) -> None:
         repeats = 1 if args.quick and study.epochs else REEVALUATIONS
         rows += summarise(study, runs, Reevaluator(study, repeats))
         if len(args.studies) > 1:
-            print_table([row for row in rows if row["study"] == name])  # a study's figures as soon as it ends
+            print_table([row for row in rows if row["study"] == study.name])  # a study's figures as soon as it ends
     print_table(rows)
 
 
