@@ -39,9 +39,13 @@ CPU cost on 2 shared cores: a synthetic search is about 1 CPU-s, a gboost one 20
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
+import functools
 import importlib.util
 import math
+import multiprocessing
+import os
 import statistics
 import subprocess
 import sys
@@ -54,12 +58,13 @@ from typing import Any
 
 import numpy as np
 import optuna
+from optuna.trial import TrialState
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tlsearch import cv  # noqa: E402
-from tlsearch.pruners import EpochPruning, KFoldPruner  # noqa: E402
+from tlsearch.pruners import EpochPruneDecision, EpochPruning, KFoldPruner  # noqa: E402
 from tlsearch.study import CustomLoop, SklearnModel, StudySpec  # noqa: E402
 
 OLD_PRUNER_COMMIT = "014f684"
@@ -87,8 +92,9 @@ def old_kfold_pruner_class() -> type | None:
     return module.KFoldPruner
 
 
-def strategies(n_folds: int, epochs: bool) -> dict[str, Callable[[], optuna.pruners.BasePruner] | str]:
-    """Strategy name -> pruner factory, or "kerastuner" for KerasTuner's own Hyperband search."""
+def strategies(n_folds: int, epochs: int | None) -> dict[str, Callable[[], optuna.pruners.BasePruner] | str]:
+    """Strategy name -> pruner factory, or "kerastuner" for KerasTuner's own Hyperband search; `epochs`: epochs
+    per fold for studies trained in epochs."""
     chosen: dict[str, Callable[[], optuna.pruners.BasePruner] | str] = {
         "no pruning": optuna.pruners.NopPruner,
         "MedianPruner": optuna.pruners.MedianPruner,
@@ -96,6 +102,13 @@ def strategies(n_folds: int, epochs: bool) -> dict[str, Callable[[], optuna.prun
         "Hyperband": lambda: optuna.pruners.HyperbandPruner(min_resource=1, max_resource=n_folds),
         "WilcoxonPruner": lambda: optuna.pruners.WilcoxonPruner(p_threshold=0.1),
     }
+    if epochs:
+        chosen["SH on fold-epochs"] = lambda: OptunaOnFoldEpochs(
+            optuna.pruners.SuccessiveHalvingPruner(min_resource=1), epochs
+        )
+        chosen["Hyperband on f-ep"] = lambda: OptunaOnFoldEpochs(
+            optuna.pruners.HyperbandPruner(min_resource=1, max_resource=n_folds * epochs), epochs
+        )
     old = old_kfold_pruner_class()
     if old is not None:
         chosen["KFoldPruner (old)"] = old
@@ -104,6 +117,39 @@ def strategies(n_folds: int, epochs: bool) -> dict[str, Callable[[], optuna.prun
         chosen["KFoldPruner+epochs"] = lambda: KFoldPruner(epochs=EpochPruning())
         chosen["KerasTuner Hyperband"] = "kerastuner"
     return chosen
+
+
+class _EveryEpoch:
+    """An epoch schedule that asks at every epoch of every fold."""
+
+    def is_rung(self, fold: int, epoch: int, max_epochs: int) -> bool:
+        return True
+
+
+class OptunaOnFoldEpochs(KFoldPruner):
+    """An Optuna pruner with (fold, epoch) as its resource, as a user would wire one into a k-fold loop: every
+    epoch's validation score is reported at step `fold * epochs + epoch` of a shadow trial of its own, which the
+    Optuna pruner then judges. It rides on tlsearch's epoch hook (which scores the model after each epoch, as
+    Optuna's Keras pruning callback needs a validation pass each epoch) and makes no fold-level decisions."""
+
+    def __init__(self, pruner: optuna.pruners.BasePruner, epochs: int) -> None:
+        super().__init__(epochs=_EveryEpoch(), min_complete_fraction=0.0)
+        self.epochs_per_fold = epochs
+        self.shadow = optuna.create_study(direction="maximize", pruner=pruner)
+        self.shadow_trials: dict[int, optuna.Trial] = {}
+
+    def decide(self, study, trial):
+        return None
+
+    def decide_epoch(self, study, trial_number, fold, n_folds, epoch, score):
+        if trial_number not in self.shadow_trials:
+            self.shadow_trials[trial_number] = self.shadow.ask()
+        shadow = self.shadow_trials[trial_number]
+        sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
+        shadow.report(sign * score, fold * self.epochs_per_fold + epoch)
+        if not shadow.should_prune():
+            return None
+        return EpochPruneDecision(fold, n_folds, epoch, score, 0, 0, math.nan, 0)
 
 
 # ---------------------------------------------------------------- studies
@@ -266,6 +312,7 @@ class Search:
     trials: int = 0
     pruned: int = 0
     picks: list[tuple[int, dict]] = field(default_factory=list)  # (folds spent so far, pick's params)
+    complete: list[dict] = field(default_factory=list)  # every complete trial's params
 
 
 def in_memory_study(spec: StudySpec) -> optuna.Study:
@@ -296,6 +343,7 @@ def search(study: Study, make_pruner, seed: int, budget: int) -> Search:
         if best is not None and (not done.picks or done.picks[-1][1] != best):
             done.picks.append((study.spent(done), best))
     done.cpu_seconds = time.process_time() - started
+    done.complete = [t.params for t in optuna_study.get_trials(deepcopy=False, states=[TrialState.COMPLETE])]
     return done
 
 
@@ -389,6 +437,10 @@ def kerastuner_search(study: Study, seed: int, budget: int) -> Search:
     return done
 
 
+def _params_key(params: dict) -> tuple:
+    return tuple(sorted(params.items()))
+
+
 def _best_params(study: optuna.Study) -> dict | None:
     try:
         return dict(study.best_trial.params)
@@ -406,7 +458,7 @@ class Reevaluator:
         self.cache: dict[tuple, float] = {}
 
     def __call__(self, params: dict) -> float:
-        key = tuple(sorted(params.items()))
+        key = _params_key(params)
         if key not in self.cache:
             self.cache[key] = self.study.truth(params) if self.study.truth else self._retrain(params)
         return self.cache[key]
@@ -446,6 +498,11 @@ def summarise(study: Study, runs: dict[str, list[Search]], reevaluate: Reevaluat
     for name, searches in runs.items():
         scores = final_scores[name]
         reach = [_compute_to_reach(done, reevaluate, best_known) for done in searches] if study.cheap else None
+        oracle = (
+            statistics.mean(best_known - max(map(study.truth, done.complete)) for done in searches)
+            if study.truth and all(done.complete for done in searches)
+            else None
+        )
         rows.append(
             {
                 "study": study.name,
@@ -459,6 +516,7 @@ def summarise(study: Study, runs: dict[str, list[Search]], reevaluate: Reevaluat
                 "regret": statistics.mean(best_known - score for score in scores),
                 "regrets": [best_known - score for score in scores],
                 "reach": reach,
+                "oracle": oracle,
             }
         )
     return rows
@@ -475,7 +533,7 @@ def print_table(rows: list[dict]) -> None:
     print()
     print(
         f"{'study':10} {'strategy':18} {'trials':>6} {'pruned':>6} {'folds':>6} {'fold-ep':>7} {'CPU s':>7} "
-        f"{'re-eval':>8} {'regret':>8} {'regret/none':>11} {'reach 0.5%':>10} {'seeds reached':>13}"
+        f"{'re-eval':>8} {'regret':>8} {'regret/none':>11} {'oracle':>7} {'reach 0.5%':>10} {'seeds reached':>13}"
     )
     for row in rows:
         base = next(r for r in rows if r["study"] == row["study"] and r["strategy"] == "no pruning")
@@ -484,14 +542,16 @@ def print_table(rows: list[dict]) -> None:
         reached = [spent for spent in reach if spent is not None] if reach is not None else []
         reach_text = f"{statistics.mean(reached):10.0f}" if reached else f"{'-':>10}"
         seeds_text = f"{len(reached)}/{len(reach)}" if reach is not None else "-"
+        oracle_text = f"{row['oracle']:7.4f}" if row["oracle"] is not None else f"{'-':>7}"
         print(
             f"{row['study']:10} {row['strategy']:18} {row['trials']:6.1f} {row['pruned']:6.0%} "
             f"{row['folds']:6.0f} {row['fold_epochs']:7.0f} {row['cpu']:7.1f} {row['score']:8.4f} "
-            f"{row['regret']:8.4f} {ratio:11.2f} {reach_text} {seeds_text:>13}"
+            f"{row['regret']:8.4f} {ratio:11.2f} {oracle_text} {reach_text} {seeds_text:>13}"
         )
     print(
         "(means over seeds; compute budget equal per study: pruning strategies run more trials; 'regret/none' is "
-        "the regret's ratio to no pruning; 'reach 0.5%': compute (folds, or fold-epochs for studies trained in "
+        "the regret's ratio to no pruning; 'oracle': the regret of the best complete trial by its truth, what a "
+        "perfect pick among the trials run would give (synthetic studies); 'reach 0.5%': compute (folds, or fold-epochs for studies trained in "
         "epochs) spent when the pick was first within 0.5% of the best known, over the seeds that got there)"
     )
 
@@ -509,6 +569,7 @@ QUICK_EPOCHS = 4  # --quick: Keras epochs per fold
 QUICK_KERAS_STRATEGIES = ("no pruning", "KFoldPruner (new)", "KFoldPruner+epochs", "KerasTuner Hyperband")
 
 
+@functools.cache
 def make_study(name: str, quick: bool) -> Study:
     if name == "synthetic":
         return synthetic_study()
@@ -527,9 +588,46 @@ def chosen_strategies(study: Study, name: str, wanted: list[str] | None, quick: 
         wanted = list(QUICK_KERAS_STRATEGIES)
     return {
         key: make
-        for key, make in strategies(study.n_folds, epochs=study.epochs is not None).items()
+        for key, make in strategies(study.n_folds, study.epochs).items()
         if (not wanted or key in wanted or key == "no pruning") and (make != "kerastuner" or name == "mlp")
     }
+
+
+def run_search(name: str, quick: bool, key: str, seed: int, budget: int) -> Search:
+    """One search of study `name` with strategy `key` (a job: runs in a worker process)."""
+    _quiet()
+    study = make_study(name, quick)
+    make_pruner = strategies(study.n_folds, study.epochs)[key]
+    if make_pruner == "kerastuner":
+        return kerastuner_search(study, seed, budget)
+    return search(study, make_pruner, seed, budget)
+
+
+def run_reevaluation(name: str, quick: bool, params: dict, repeats: int) -> float:
+    """The re-evaluated score of `params` on study `name` (a job: runs in a worker process)."""
+    _quiet()
+    return Reevaluator(make_study(name, quick), repeats)(params)
+
+
+def _quiet() -> None:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # WilcoxonPruner
+    warnings.filterwarnings("ignore", category=UserWarning)
+
+
+class Jobs:
+    """Runs jobs in `n` worker processes (spawned: TensorFlow must not be forked), or in this one when n is 1."""
+
+    def __init__(self, n: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.pool = None if n == 1 else concurrent.futures.ProcessPoolExecutor(n, mp_context=context)
+
+    def submit(self, function, *args) -> concurrent.futures.Future:
+        if self.pool is not None:
+            return self.pool.submit(function, *args)
+        future = concurrent.futures.Future()
+        future.set_result(function(*args))
+        return future
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -540,19 +638,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, help="budget: this many no-pruning trials' folds (or fold-epochs)")
     parser.add_argument("--seeds", type=int, help="seeds per study")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count(),
+        help="searches run at once, each in its own process (default: cores)",
+    )
     args = parser.parse_args(argv)
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # WilcoxonPruner
-    warnings.filterwarnings("ignore", category=UserWarning)
+    _quiet()
     if args.quick:
         print(
             f"--quick: small budgets, 1-5 seeds, Keras studies at {QUICK_EPOCHS} epochs per fold with "
             f"{', '.join(QUICK_KERAS_STRATEGIES)} only and 1 re-evaluation: it shows the benchmark runs, its "
             "figures are not the benchmark's"
         )
-
-    rows = []
-    for name in args.studies:
+    started = time.monotonic()
+    jobs = Jobs(max(1, args.jobs))
+    searches = {}  # study name -> {(strategy, seed): future}
+    for name in args.studies:  # every search is submitted at once, so the processes never wait for a study's end
         study = make_study(name, args.quick)
         n_trials, n_seeds = PLANS[name][1 if args.quick else 0]
         n_trials, n_seeds = args.trials or n_trials, args.seeds or n_seeds
@@ -562,26 +665,43 @@ def main(argv: list[str] | None = None) -> None:
             if study.epochs
             else (f"folds ({n_trials} trials x {study.n_folds} folds)")
         )
-        chosen = chosen_strategies(study, name, args.strategies, args.quick)
         print(f"{name}: budget {budget} {unit}, {n_seeds} seed(s)", flush=True)
-        runs: dict[str, list[Search]] = {key: [] for key in chosen}
-        for seed in range(args.first_seed, args.first_seed + n_seeds):
-            for key, make_pruner in chosen.items():
-                if make_pruner == "kerastuner":
-                    done = kerastuner_search(study, seed, budget)
-                else:
-                    done = search(study, make_pruner, seed, budget)
-                runs[key].append(done)
-                print(
-                    f"  seed {seed} {key:20} trials {done.trials:3d} pruned {done.pruned:3d} folds {done.folds:4d} "
-                    f"fold-epochs {done.fold_epochs:5d} CPU {done.cpu_seconds:6.1f} s",
-                    flush=True,
-                )
-        repeats = 1 if args.quick and study.epochs else REEVALUATIONS
-        rows += summarise(study, runs, Reevaluator(study, repeats))
+        chosen = chosen_strategies(study, name, args.strategies, args.quick)
+        searches[name] = {
+            (key, seed): jobs.submit(run_search, name, args.quick, key, seed, budget)
+            for seed in range(args.first_seed, args.first_seed + n_seeds)
+            for key in chosen
+        }
+
+    rows = []
+    reevaluations = {}  # study name -> {params key: future}
+    for name, futures in searches.items():
+        study = make_study(name, args.quick)
+        for (key, seed), future in futures.items():
+            done = future.result()
+            print(
+                f"  {name} seed {seed} {key:20} trials {done.trials:3d} pruned {done.pruned:3d} folds "
+                f"{done.folds:4d} fold-epochs {done.fold_epochs:5d} CPU {done.cpu_seconds:6.1f} s",
+                flush=True,
+            )
+        if study.truth is None:  # retrain each strategy's final pick, in the worker processes too
+            repeats = 1 if args.quick and study.epochs else REEVALUATIONS
+            finals = {_params_key(f.result().picks[-1][1]): f.result().picks[-1][1] for f in futures.values()}
+            reevaluations[name] = {
+                key: jobs.submit(run_reevaluation, name, args.quick, params, repeats) for key, params in finals.items()
+            }
+    for name, futures in searches.items():
+        study = make_study(name, args.quick)
+        reevaluate = Reevaluator(study)
+        reevaluate.cache.update({key: f.result() for key, f in reevaluations.get(name, {}).items()})
+        runs: dict[str, list[Search]] = {}
+        for (key, _), future in futures.items():
+            runs.setdefault(key, []).append(future.result())
+        rows += summarise(study, runs, reevaluate)
         if len(args.studies) > 1:
-            print_table([row for row in rows if row["study"] == study.name])  # a study's figures as soon as it ends
+            print_table([row for row in rows if row["study"] == study.name])  # a study's own figures
     print_table(rows)
+    print(f"\n{time.monotonic() - started:.0f} s wall time with {args.jobs} process(es)")
 
 
 if __name__ == "__main__":
