@@ -570,7 +570,8 @@ QUICK_KERAS_STRATEGIES = ("no pruning", "KFoldPruner (new)", "KFoldPruner+epochs
 
 
 @functools.cache
-def make_study(name: str, quick: bool) -> Study:
+def make_study(name: str, keras_epochs: int | None = None) -> Study:
+    """Study `name`; the Keras studies trained `keras_epochs` epochs per fold (None: the study file's)."""
     if name == "synthetic":
         return synthetic_study()
     if name == "synth-ep":
@@ -578,7 +579,7 @@ def make_study(name: str, quick: bool) -> Study:
     if name == "gboost":
         return gboost_study()
     file = "digits_mlp.py" if name == "mlp" else "images_cnn.py"
-    return keras_study(file, 3, cheap=False, epochs=QUICK_EPOCHS if quick else None)
+    return keras_study(file, 3, cheap=False, epochs=keras_epochs)
 
 
 def chosen_strategies(study: Study, name: str, wanted: list[str] | None, quick: bool) -> dict:
@@ -593,20 +594,20 @@ def chosen_strategies(study: Study, name: str, wanted: list[str] | None, quick: 
     }
 
 
-def run_search(name: str, quick: bool, key: str, seed: int, budget: int) -> Search:
+def run_search(name: str, keras_epochs: int | None, key: str, seed: int, budget: int) -> Search:
     """One search of study `name` with strategy `key` (a job: runs in a worker process)."""
     _quiet()
-    study = make_study(name, quick)
+    study = make_study(name, keras_epochs)
     make_pruner = strategies(study.n_folds, study.epochs)[key]
     if make_pruner == "kerastuner":
         return kerastuner_search(study, seed, budget)
     return search(study, make_pruner, seed, budget)
 
 
-def run_reevaluation(name: str, quick: bool, params: dict, repeats: int) -> float:
+def run_reevaluation(name: str, keras_epochs: int | None, params: dict, repeats: int) -> float:
     """The re-evaluated score of `params` on study `name` (a job: runs in a worker process)."""
     _quiet()
-    return Reevaluator(make_study(name, quick), repeats)(params)
+    return Reevaluator(make_study(name, keras_epochs), repeats)(params)
 
 
 def _quiet() -> None:
@@ -619,6 +620,9 @@ class Jobs:
     """Runs jobs in `n` worker processes (spawned: TensorFlow must not be forked), or in this one when n is 1."""
 
     def __init__(self, n: int) -> None:
+        if n > 1:  # one thread each: OpenMP threads (HistGradientBoosting) spin on cores the other jobs hold
+            os.environ.setdefault("OMP_NUM_THREADS", "1")
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up lines, once per process
         context = multiprocessing.get_context("spawn")
         self.pool = None if n == 1 else concurrent.futures.ProcessPoolExecutor(n, mp_context=context)
 
@@ -639,6 +643,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, help="seeds per study")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
     parser.add_argument(
+        "--epochs", type=int, help=f"Keras epochs per fold (default: the study's; {QUICK_EPOCHS} with --quick)"
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
         default=os.cpu_count(),
@@ -652,11 +659,14 @@ def main(argv: list[str] | None = None) -> None:
             f"{', '.join(QUICK_KERAS_STRATEGIES)} only and 1 re-evaluation: it shows the benchmark runs, its "
             "figures are not the benchmark's"
         )
+    keras_epochs = args.epochs or (QUICK_EPOCHS if args.quick else None)
     started = time.monotonic()
     jobs = Jobs(max(1, args.jobs))
     searches = {}  # study name -> {(strategy, seed): future}
-    for name in args.studies:  # every search is submitted at once, so the processes never wait for a study's end
-        study = make_study(name, args.quick)
+    # Every search is submitted at once, the costliest studies (last in PLANS) first, so that the processes never
+    # wait for a study's end and the last job to finish is a short one.
+    for name in sorted(args.studies, key=list(PLANS).index, reverse=True):
+        study = make_study(name, keras_epochs)
         n_trials, n_seeds = PLANS[name][1 if args.quick else 0]
         n_trials, n_seeds = args.trials or n_trials, args.seeds or n_seeds
         budget = n_trials * study.n_folds * (study.epochs or 1)
@@ -668,15 +678,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: budget {budget} {unit}, {n_seeds} seed(s)", flush=True)
         chosen = chosen_strategies(study, name, args.strategies, args.quick)
         searches[name] = {
-            (key, seed): jobs.submit(run_search, name, args.quick, key, seed, budget)
+            (key, seed): jobs.submit(run_search, name, keras_epochs, key, seed, budget)
             for seed in range(args.first_seed, args.first_seed + n_seeds)
             for key in chosen
         }
 
+    searches = {name: searches[name] for name in args.studies}
     rows = []
     reevaluations = {}  # study name -> {params key: future}
     for name, futures in searches.items():
-        study = make_study(name, args.quick)
+        study = make_study(name, keras_epochs)
         for (key, seed), future in futures.items():
             done = future.result()
             print(
@@ -688,10 +699,11 @@ def main(argv: list[str] | None = None) -> None:
             repeats = 1 if args.quick and study.epochs else REEVALUATIONS
             finals = {_params_key(f.result().picks[-1][1]): f.result().picks[-1][1] for f in futures.values()}
             reevaluations[name] = {
-                key: jobs.submit(run_reevaluation, name, args.quick, params, repeats) for key, params in finals.items()
+                key: jobs.submit(run_reevaluation, name, keras_epochs, params, repeats)
+                for key, params in finals.items()
             }
     for name, futures in searches.items():
-        study = make_study(name, args.quick)
+        study = make_study(name, keras_epochs)
         reevaluate = Reevaluator(study)
         reevaluate.cache.update({key: f.result() for key, f in reevaluations.get(name, {}).items()})
         runs: dict[str, list[Search]] = {}
