@@ -683,13 +683,17 @@ def main(argv: list[str] | None = None) -> None:
             for key in chosen
         }
 
-    searches = {name: searches[name] for name in args.studies}
-    rows = []
+    runs: dict[str, dict[str, list[Search]]] = {}  # study name -> strategy -> its searches, one per seed
     reevaluations = {}  # study name -> {params key: future}
-    for name, futures in searches.items():
+    for name in args.studies:
         study = make_study(name, keras_epochs)
-        for (key, seed), future in futures.items():
-            done = future.result()
+        for (key, seed), future in searches[name].items():
+            try:
+                done = future.result()
+            except Exception as exc:  # a failed search is reported and left out, never the whole run
+                print(f"  {name} seed {seed} {key:20} FAILED: {exc!r}", flush=True)
+                continue
+            runs.setdefault(name, {}).setdefault(key, []).append(done)
             print(
                 f"  {name} seed {seed} {key:20} trials {done.trials:3d} pruned {done.pruned:3d} folds "
                 f"{done.folds:4d} fold-epochs {done.fold_epochs:5d} CPU {done.cpu_seconds:6.1f} s",
@@ -697,19 +701,18 @@ def main(argv: list[str] | None = None) -> None:
             )
         if study.truth is None:  # retrain each strategy's final pick, in the worker processes too
             repeats = 1 if args.quick and study.epochs else REEVALUATIONS
-            finals = {_params_key(f.result().picks[-1][1]): f.result().picks[-1][1] for f in futures.values()}
+            finals = {_params_key(d.picks[-1][1]): d.picks[-1][1] for ds in runs.get(name, {}).values() for d in ds}
             reevaluations[name] = {
                 key: jobs.submit(run_reevaluation, name, keras_epochs, params, repeats)
                 for key, params in finals.items()
             }
-    for name, futures in searches.items():
+    rows = []
+    for name, study_runs in runs.items():
         study = make_study(name, keras_epochs)
         reevaluate = Reevaluator(study)
         reevaluate.cache.update({key: f.result() for key, f in reevaluations.get(name, {}).items()})
-        runs: dict[str, list[Search]] = {}
-        for (key, _), future in futures.items():
-            runs.setdefault(key, []).append(future.result())
-        rows += summarise(study, runs, reevaluate)
+        if "no pruning" in study_runs:
+            rows += summarise(study, study_runs, reevaluate)
         if len(args.studies) > 1:
             print_table([row for row in rows if row["study"] == study.name])  # a study's own figures
     print_table(rows)
