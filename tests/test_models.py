@@ -343,3 +343,53 @@ def test_workers_run_keras_on_their_share_of_the_cores_and_only_keras_studies_im
             assert study.trials[0].state == TrialState.COMPLETE
             share = max(1, host_cores() // 2)
             assert set(client.run(_backend_state).values()) == {(share, share, True)}
+
+
+def test_seeding_without_clearing_tensorflows_caches_trains_as_keras_set_random_seed_does(digits, monkeypatch):
+    """tlsearch seeds each fold without clearing TensorFlow's kernel cache (see _keras_backend.set_random_seed);
+    with dropout, early stopping and a shuffled pipeline, the fold scores equal those of keras.utils.set_random_seed,
+    which clears it."""
+    params = {
+        "mlp": {"units": [32], "dropout": 0.3, "activation": "relu", "batch_norm": False},
+        "optimizer": {"name": "adam", "learning_rate": 0.01, "weight_decay": None},
+    }
+    spec = StudySpec(
+        name="seeding",
+        dataset="sklearn:digits",
+        space=params,
+        cv=3,
+        metric="accuracy",
+        model=KerasModel(build_mlp, epochs=3, batch_size=64, early_stopping=2),
+    )
+    scores = {}
+    for seeding in ("tlsearch", "keras"):
+        if seeding == "keras":
+            monkeypatch.setattr(_keras, "set_random_seed", lambda keras, seed: keras.utils.set_random_seed(seed))
+        attrs = run(spec, digits).user_attrs
+        scores[seeding] = [attrs[f"split{k}_test_score"] for k in range(3)]
+    assert scores["tlsearch"] == pytest.approx(scores["keras"], abs=1e-6)
+    assert len(set(scores["tlsearch"])) > 1  # the folds differ: their scores are not a constant
+
+
+def test_small_folds_go_in_as_a_pipeline_that_reports_what_keras_reports_for_the_arrays(digits):
+    import keras
+    import tensorflow as tf
+
+    from tlsearch.models import _keras_inputs as inputs
+
+    x, y = digits["X"][:300].astype("float32"), digits["y"][:300].astype("int32")
+    weights = np.linspace(0.1, 1.0, len(x))
+    small = inputs.training(keras, x, y, weights, 32, seed=1, fit_kwargs={})
+    assert isinstance(small["x"], tf.data.Dataset) and small["shuffle"] is False
+    assert len(next(iter(small["x"]))) == 3  # rows, labels and their weights
+    for fit_kwargs in ({"shuffle": False}, {"validation_split": 0.2}):  # Keras honours these for arrays only
+        assert inputs.training(keras, x, y, None, 32, seed=1, fit_kwargs=fit_kwargs)["x"] is x
+    big = np.zeros((inputs.SMALL_FOLD_ROWS + 1, 2), "float32")
+    assert inputs.training(keras, big, big[:, 0], None, 32, seed=1, fit_kwargs={})["x"] is big
+    assert inputs.evaluation(keras, big, big[:, 0], 256)["x"] is big
+
+    model = build_mlp(SMALL_MLP, x.shape[1:], 10)
+    model.fit(**small, epochs=1, verbose=0)
+    piped = model.evaluate(**inputs.evaluation(keras, x, y, 256), verbose=0, return_dict=True)
+    direct = model.evaluate(x, y, batch_size=256, verbose=0, return_dict=True)
+    assert piped == pytest.approx(direct, abs=1e-6)

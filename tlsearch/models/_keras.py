@@ -14,9 +14,15 @@ from typing import Any
 
 import numpy as np
 
+from tlsearch.models import _keras_inputs as inputs
 from tlsearch.models import _keras_reuse as reuse
 from tlsearch.models._base import Fold, FoldResult, ModelKind, NonFiniteLossError, SpecView, is_class_labels
-from tlsearch.models._keras_backend import custom_gradient_names, forget_custom_gradients, import_keras
+from tlsearch.models._keras_backend import (
+    custom_gradient_names,
+    forget_custom_gradients,
+    import_keras,
+    set_random_seed,
+)
 from tlsearch.models._sklearn import resolve_scorer
 from tlsearch.spec_checks import is_int, require
 
@@ -215,7 +221,7 @@ class KerasTrainer:
         reuse: bool = False,
     ) -> tuple[Any, int]:
         spec = self._model_spec
-        keras.utils.set_random_seed(seed)
+        set_random_seed(keras, seed)
         x, y = _as_inputs(x), self._target.encode(y)
         callbacks = [_non_finite_loss_guard(keras)]
         validation_data = None
@@ -224,7 +230,7 @@ class KerasTrainer:
             order = np.random.default_rng(seed).permutation(len(x))
             n_held_out = max(1, round(spec.early_stopping_fraction * len(x)))
             held_out, kept = order[:n_held_out], np.sort(order[n_held_out:])
-            validation_data = (x[held_out], y[held_out])
+            validation_data = inputs.validation_data(keras, x[held_out], y[held_out], self._eval_batch_size)
             x, y = x[kept], y[kept]
             sample_weight = None if sample_weight is None else np.asarray(sample_weight)[kept]
             callbacks.append(
@@ -239,12 +245,9 @@ class KerasTrainer:
         if reuse:
             model = self._reuse_trained(model)
         history = model.fit(
-            x,
-            y,
+            **inputs.training(keras, x, y, sample_weight, spec.batch_size, seed, spec.fit_kwargs),
             epochs=spec.epochs,
-            batch_size=spec.batch_size,
             validation_data=validation_data,
-            sample_weight=sample_weight,
             callbacks=callbacks,
             verbose=0,
             **spec.fit_kwargs,
@@ -288,9 +291,8 @@ class KerasTrainer:
         return self._score(model, x, y)
 
     def _score(self, model: Any, x: np.ndarray, y: np.ndarray) -> list[float]:
-        reported = model.evaluate(
-            _as_inputs(x), self._target.encode(y), batch_size=self._eval_batch_size, verbose=0, return_dict=True
-        )
+        rows = inputs.evaluation(import_keras(), _as_inputs(x), self._target.encode(y), self._eval_batch_size)
+        reported = model.evaluate(**rows, verbose=0, return_dict=True)
         scores = []
         for metric in self._metrics:
             name = "loss" if metric is None else metric

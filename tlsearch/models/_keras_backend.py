@@ -3,13 +3,15 @@ demand, the worker's share of CPU threads), and TensorFlow's process-wide gradie
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
+import random
 import threading
 from typing import Any
 
 _keras_ready = False
-_import_lock = threading.Lock()  # a worker imports Keras in the background while its first trial may start
+_import_lock = threading.Lock()  # the worker set-up imports Keras in a thread of its own
 _cpu_threads: int | None = None  # set in worker processes: see prepare_worker
 
 
@@ -59,6 +61,44 @@ def _prepare_backend() -> None:
             tf.config.threading.set_inter_op_parallelism_threads(_cpu_threads)
         except RuntimeError:  # TensorFlow already ran an operation here: its thread pools stay as they are
             pass
+
+
+def set_random_seed(keras: Any, seed: int) -> None:
+    """keras.utils.set_random_seed(seed) (Python, NumPy, Keras and TensorFlow's global seed) without the cost it
+    has on TensorFlow: tf.random.set_seed also clears TensorFlow's eager kernel cache, so that the counters of
+    stateful random kernels restart, and with it every instantiated function: the next fit and evaluate then
+    instantiate their traced functions and input pipelines again, ~0.1 s a fold for a small model.
+
+    Keras' own random ops are stateless (seeded by its SeedGenerators, whose state is part of a model's
+    variables) and each fit builds a fresh input pipeline, so the global seed alone makes a fold reproducible.
+    Only a study's own stateful TensorFlow random ops executed eagerly (tf.random.uniform outside a model,
+    with no seed) would carry on from an earlier fold instead of restarting."""
+    context = _tensorflow_eager_context(keras)
+    if context is None:
+        keras.utils.set_random_seed(seed)
+        return
+    context._set_global_seed = functools.partial(_set_seed_keeping_kernels, context)
+    try:
+        keras.utils.set_random_seed(seed)
+    finally:
+        del context._set_global_seed  # the class's own method again
+
+
+def _tensorflow_eager_context(keras: Any) -> Any:
+    """TensorFlow's eager context when its seed can be set without clearing its caches, else None."""
+    if keras.backend.backend() != "tensorflow":
+        return None
+    try:
+        from tensorflow.python.eager import context
+    except ImportError:
+        return None
+    eager = context.context()
+    return eager if hasattr(type(eager), "_set_global_seed") and hasattr(eager, "_seed") else None
+
+
+def _set_seed_keeping_kernels(context: Any, seed: int) -> None:
+    context._seed = seed  # what tf.random.set_seed sets, less its kernel-cache clearing
+    context._rng = random.Random(seed)
 
 
 def _tensorflow_gradient_registry(keras: Any) -> dict | None:
