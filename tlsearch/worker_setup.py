@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-import threading
 from collections import Counter
 
 import distributed
@@ -26,8 +26,10 @@ def host_cores() -> int:
 class WorkerSetup(distributed.WorkerPlugin):
     """Gives each worker's Keras backend as many intra- and inter-op threads as the worker's share of its
     host's cores (not every core for every worker, which oversubscribes a host running several workers), and
-    with `preload_keras` imports Keras in the background, so the first trial does not wait for it (see
-    tlsearch.models.prepare_worker: the import's objects are then kept out of the garbage collector's sight).
+    with `preload_keras` imports Keras before the worker's first trial starts (see tlsearch.models.prepare_worker:
+    the import's objects are then kept out of the garbage collector's sight). Registering the plugin waits for
+    that import (seconds), in a thread, so the worker keeps talking to the scheduler meanwhile: a trial's duration
+    is then its own, not its worker's start-up.
 
     `workers` maps each host to its number of workers; a host it does not name counts as one worker.
     """
@@ -38,12 +40,12 @@ class WorkerSetup(distributed.WorkerPlugin):
         self.workers = workers
         self.preload_keras = preload_keras
 
-    def setup(self, worker: distributed.Worker) -> None:
+    async def setup(self, worker: distributed.Worker) -> None:
         from tlsearch.models import import_keras, prepare_worker
 
         prepare_worker(max(1, host_cores() // self.workers.get(get_address_host(worker.address), 1)))
         if self.preload_keras:
-            threading.Thread(target=self._preload, args=(import_keras,), name=self.name, daemon=True).start()
+            await asyncio.to_thread(self._preload, import_keras)
 
     @staticmethod
     def _preload(import_keras) -> None:
