@@ -393,3 +393,24 @@ def test_small_folds_go_in_as_a_pipeline_that_reports_what_keras_reports_for_the
     piped = model.evaluate(**inputs.evaluation(keras, x, y, 256), verbose=0, return_dict=True)
     direct = model.evaluate(x, y, batch_size=256, verbose=0, return_dict=True)
     assert piped == pytest.approx(direct, abs=1e-6)
+
+
+def test_a_worker_keeps_tensorflows_kernels_for_the_model_it_keeps_and_drops_them_with_it(digits, monkeypatch):
+    """Between trials of one structure the traced model's instantiated functions stay in TensorFlow's kernel
+    cache; when another structure replaces the kept model the cache is cleared, so a search over many
+    structures does not grow."""
+    forgotten = []
+    monkeypatch.setattr(_keras, "forget_kernels", lambda keras: forgotten.append(len(_keras_reuse.kept_model)))
+    _keras_reuse.kept_model.clear()
+    for units in ([16], [16], [24], [24]):
+        params = {"mlp": {**SMALL_MLP["mlp"], "units": units}, "optimizer": SMALL_MLP["optimizer"]}
+        spec = StudySpec(
+            name="kernels",
+            dataset="sklearn:digits",
+            space=params,
+            cv=2,
+            metric="accuracy",
+            model=KerasModel(build_mlp, epochs=1, batch_size=64),
+        )
+        assert run(spec, digits).state == TrialState.COMPLETE
+    assert forgotten == [1]  # once: when [24] replaced the kept [16] model

@@ -6,7 +6,6 @@ API is used, so KERAS_BACKEND (tensorflow by default, jax, torch) picks the back
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,8 +17,10 @@ from tlsearch.models import _keras_inputs as inputs
 from tlsearch.models import _keras_reuse as reuse
 from tlsearch.models._base import Fold, FoldResult, ModelKind, NonFiniteLossError, SpecView, is_class_labels
 from tlsearch.models._keras_backend import (
+    clear_session,
     custom_gradient_names,
     forget_custom_gradients,
+    forget_kernels,
     import_keras,
     set_random_seed,
 )
@@ -179,11 +180,11 @@ class KerasTrainer:
         if self._trained is None and self._gradients_before is None:
             return
         keras = import_keras()
+        kept = any(model is self._trained for model in reuse.kept_model.values())
         self._trained = None
         forget_custom_gradients(keras, self._gradients_before)
         self._gradients_before = None
-        keras.backend.clear_session()
-        gc.collect()
+        clear_session(keras, keep_kernels=kept)
 
     def fit_full(self, params: dict, X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray | None, seed: int) -> Any:
         model, _ = self._fit(import_keras(), params, X, y, sample_weight, seed)
@@ -280,6 +281,8 @@ class KerasTrainer:
             and reuse.load_initial_state(self._trained, fresh)
         ):
             return self._trained
+        if self._trained is not None or reuse.kept_model:  # their traced functions are never called again
+            forget_kernels(import_keras())
         self._trained, self._trained_structure = fresh, structure
         reuse.kept_model.clear()
         if portable:
