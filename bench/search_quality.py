@@ -34,6 +34,7 @@ the pick's; the compute spent when the pick was first within 0.5% of the best kn
 CPU cost on 2 shared cores: a synthetic search is about 1 CPU-s, a gboost one 20-40 CPU-s, a Keras MLP one of
 5 trials x 3 folds x 4 epochs about 50 CPU-s; the full Keras plans need hours there (a GPU or more cores).
     python bench/search_quality.py --studies synthetic synth-ep --seeds 20
+    python bench/search_quality.py --studies synthetic --seeds 30 --more-compute 2 4   # + no pruning at 2x, 4x
 """
 
 from __future__ import annotations
@@ -646,6 +647,14 @@ def main(argv: list[str] | None = None) -> None:
         "--epochs", type=int, help=f"Keras epochs per fold (default: the study's; {QUICK_EPOCHS} with --quick)"
     )
     parser.add_argument(
+        "--more-compute",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="N",
+        help="also run no pruning with N times the budget (e.g. 2 4): the regret more compute alone buys",
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
         default=os.cpu_count(),
@@ -682,6 +691,15 @@ def main(argv: list[str] | None = None) -> None:
             for seed in range(args.first_seed, args.first_seed + n_seeds)
             for key in chosen
         }
+        searches[name].update(  # what more compute alone buys: the bar a pruner's savings are worth against
+            {
+                (f"none, {times}x compute", seed): jobs.submit(
+                    run_search, name, keras_epochs, "no pruning", seed, budget * times
+                )
+                for seed in range(args.first_seed, args.first_seed + n_seeds)
+                for times in args.more_compute
+            }
+        )
 
     runs: dict[str, dict[str, list[Search]]] = {}  # study name -> strategy -> its searches, one per seed
     reevaluations = {}  # study name -> {params key: future}
