@@ -68,6 +68,18 @@ def test_each_trial_line_shows_the_best_value_including_that_trial(tmp_path, cap
     assert float(best) == pytest.approx(study.best_value, rel=1e-5)
 
 
+def test_a_run_without_progress_never_reads_the_best_value(tmp_path, monkeypatch):
+    from tlsearch.dispatcher import Dispatcher
+
+    def refuse(self):
+        raise AssertionError("the best value is read although nothing shows it")
+
+    monkeypatch.setattr(Dispatcher, "_best", refuse)
+    spec = load_study_file(write_study(tmp_path, n_trials=2))
+    study = driver.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
+    assert count(study, TrialState.COMPLETE) == 2
+
+
 def test_local_run_reaches_target_with_distinct_reproducible_params(tmp_path):
     spec = load_study_file(write_study(tmp_path, n_trials=8))
     first = driver.run(spec, stores=Stores(home=tmp_path / "a"), n_workers=2, progress="off")

@@ -35,6 +35,7 @@ from tlsearch.trial_task import TrialJob, TrialOutcome, pack_spec, run_trial
 log = logging.getLogger(__name__)
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+STOP_CHECK_INTERVAL = 1.0  # seconds between reads of the study's stop flag (`tlsearch stop`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +82,8 @@ class Dispatcher:
             1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
         )
         self.running: dict[distributed.Future, tuple[int, int]] = {}  # task -> (trial_id, number)
+        self.trials: dict[int, optuna.Trial] = {}  # trial_id -> the trial `ask` returned, to tell it
+        self._study_id = compat.study_id(study)
         self.split_trials: dict[int, fold_tasks.SplitTrial] = {}  # trial_id -> its tasks, if it runs as several
         self._n_folds: int | None = None
         self.resources = cluster.trial_resources(client)
@@ -92,6 +95,9 @@ class Dispatcher:
         self.progress = Progress(
             self.n_trials, Counter(t.state.name for t in study.get_trials(deepcopy=False)), progress
         )
+        if self.progress.shows_best:
+            self.progress.best = self._best()
+        self._next_stop_check = 0.0
         self._heartbeat_stop = threading.Event()
         # Results are fetched from the workers in the background as trials finish, not one by one here.
         self._finished = distributed.as_completed(with_results=True, raise_errors=False)
@@ -132,7 +138,7 @@ class Dispatcher:
                 done = self._next_finished(timeout=1.0)
                 self._settle(done)
                 del done
-                self.progress.update(self._trials_in_flight(), self._best())
+                self.progress.update(self._trials_in_flight())
         finally:
             self._heartbeat_stop.set()
             if self.running:
@@ -215,11 +221,20 @@ class Dispatcher:
             )
         elif self.timeout is not None and time.monotonic() - started >= self.timeout:
             self._stop(TIMEOUT_REACHED, f"{self.timeout:g} s: finishing running trials")
-        elif study_attrs.read(self.study).get(study_attrs.STOP):
+        elif self._stop_requested():
             self._stop(STOP_REQUESTED, "finishing running trials")
         elif self.failed_in_a_row >= max(10, 2 * self.parallelism):
             self.end_detail = f"last: {self.last_error}"
             self._stop(CONSECUTIVE_FAILURES, f"{self.failed_in_a_row} in a row; {self.end_detail}")
+
+    def _stop_requested(self) -> bool:
+        """Whether `tlsearch stop` asked this study to stop; read from the store at most every
+        STOP_CHECK_INTERVAL seconds (the driver's loop turns at least once per finished trial)."""
+        now = time.monotonic()
+        if now < self._next_stop_check:
+            return False
+        self._next_stop_check = now + STOP_CHECK_INTERVAL
+        return bool(study_attrs.read(self.study).get(study_attrs.STOP))
 
     def _stop(self, reason: str, detail: str) -> None:
         self.stop_reason = reason
@@ -239,6 +254,7 @@ class Dispatcher:
             self.dataset_hash,
             self.fold_plan_hash,
             derive_seed(self.spec.seed, self.study.study_name, trial.number, "sampler"),
+            study_id=self._study_id,
         )
         fixed, shares = self._fold_shares(job)
         key = f"trial-{self.study.study_name}-{trial.number}-{trial_id}"
@@ -253,6 +269,7 @@ class Dispatcher:
             )
             for share in shares
         ]
+        self.trials[trial_id] = trial
         for task in tasks:
             self.running[task] = (trial_id, trial.number)
             self._finished.add(task)
@@ -311,6 +328,7 @@ class Dispatcher:
     def _record(self, trial_id: int, number: int, outcome: TrialOutcome) -> None:
         """Tell the study how a trial ended (failing and re-queueing it if it failed)."""
         split = self.split_trials.pop(trial_id, None)
+        trial = self.trials.pop(trial_id, None)
         if split is not None and outcome.state == TrialState.COMPLETE:
             outcome = split.record(self.spec, self._first_attrs())
         if outcome.state == TrialState.FAIL:
@@ -322,9 +340,10 @@ class Dispatcher:
             self.spec.run_callbacks(self.study, trial_id)
             return
         self.failed_in_a_row = 0
-        self.study.tell(number, outcome.values, state=outcome.state, skip_if_finished=True)
+        # The trial object, not its number: telling by number looks its id up in the store (twice).
+        self.study.tell(number if trial is None else trial, outcome.values, state=outcome.state, skip_if_finished=True)
         value = outcome.values[0] if outcome.values else None
-        if outcome.state == TrialState.COMPLETE:
+        if outcome.state == TrialState.COMPLETE and self.progress.shows_best:
             self.progress.best = self._best()  # the line printed for this trial counts it
         self.progress.running = self._trials_in_flight()
         self.progress.finished(number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}")
@@ -336,7 +355,7 @@ class Dispatcher:
         self.end_detail = f"{len(trials)} running trial(s) failed as Interrupted, retries queued"
         for task in self.running:
             task.cancel()
-        self.running, self.split_trials = {}, {}
+        self.running, self.split_trials, self.trials = {}, {}, {}
         for left, (trial_id, number) in enumerate(trials, 1):
             fail_and_retry(
                 self.study, trial_id, {"error_type": "Interrupted", "error_message": reason}, self.spec.retries

@@ -28,7 +28,7 @@ class Progress:
         self.counts: Counter[str] = Counter({state: counts[state] for state in ("COMPLETE", "PRUNED", "FAIL")})
         self.done_before = self._done()
         self.running = 0
-        self.best: float | None = None
+        self.best: float | None = None  # the study's best value, when `shows_best`
         self.started = time.monotonic()
         self._bar = None
         if mode == "bar":
@@ -48,14 +48,19 @@ class Progress:
                 bar_format="{n_fmt}/{total_fmt} done{postfix} [{elapsed}<{remaining}]",
             )
 
+    @property
+    def shows_best(self) -> bool:
+        """Whether anything shows `best` (reading it from the study costs a store query)."""
+        return self.mode != "off"
+
     def note(self, message: str) -> None:
         if self._bar is not None:
             self._bar.write(message, file=self.stream)
         elif self.mode != "off":
             print(message, file=self.stream, flush=True)
 
-    def update(self, running: int, best: float | None) -> None:
-        self.running, self.best = running, best
+    def update(self, running: int) -> None:
+        self.running = running
         if self._bar is not None:
             self._bar.set_postfix_str(self._counts(), refresh=True)
 

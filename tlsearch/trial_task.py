@@ -11,6 +11,7 @@ import copy
 import functools
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ class TrialJob:
     fold_plan_hash: str
     seed: int  # the trial's sampler seed
     folds: tuple[int, ...] = ()  # the folds this task trains when its trial runs split (tlsearch.fold_tasks)
+    study_id: int | None = None  # the study's id in its store, so a worker reuses its study object (`open_trial`)
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
     started = time.perf_counter()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     try:
-        trial = open_trial(spec, job.stores.study_storage(), job.study_name, job.trial_id, job.seed)
+        trial = open_trial(spec, job.stores.study_storage(), job.study_name, job.trial_id, job.seed, job.study_id)
         dataset = _open_dataset(job.stores, job.dataset_ref)
         rows = _fold_rows(spec, dataset, _fold_plan(job.stores, job.fold_plan_hash))
         if job.folds:
@@ -119,12 +121,32 @@ def _placement(worker: str) -> dict[str, str]:
     return {"worker": worker, "gpu": gpu} if gpu.strip() not in ("", "-1") else {"worker": worker}
 
 
-def open_trial(spec, storage, study_name: str, trial_id: int, seed: int) -> optuna.Trial:
-    """The trial as its task sees it: in a study object with the trial's own seeded sampler and the study's pruner."""
-    study = optuna.load_study(
-        study_name=study_name, storage=storage, sampler=spec.sampler_factory(seed), pruner=spec.pruner
-    )
+def open_trial(spec, storage, study_name: str, trial_id: int, seed: int, study_id: int | None = None) -> optuna.Trial:
+    """The trial as its task sees it: in a study object with the trial's own seeded sampler and the study's pruner.
+
+    With `study_id`, the study object is opened once per thread and reused by that thread's later trials of
+    the same study (loading it reads the store twice); a study deleted and created again has a new id."""
+    sampler = spec.sampler_factory(seed)
+    if study_id is None:
+        study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler, pruner=spec.pruner)
+    else:
+        study = _opened_study(storage, study_name, study_id)
+        study.sampler, study.pruner = sampler, spec.pruner
     return compat.open_trial(study, trial_id)
+
+
+_studies = threading.local()  # per thread: a study object holds the sampler of the trial its thread runs
+
+
+def _opened_study(storage, study_name: str, study_id: int) -> optuna.Study:
+    key = (id(storage), study_name, study_id)
+    cached = getattr(_studies, "study", None)
+    if cached is None or cached[0] != key or cached[1] is not storage:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+        if compat.study_id(study) != study_id:  # replaced since the driver opened it: do not keep it
+            return study
+        _studies.study = cached = (key, storage, study)
+    return cached[2]
 
 
 @functools.cache
