@@ -129,8 +129,12 @@ class CrashTolerantJournalFile(BaseJournalBackend):
 
     def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
         with open(self._file_path, "rb") as f:
-            log_number = max(n for n in self._log_number_offset if n <= log_number_from)
-            f.seek(self._log_number_offset[log_number])
+            offsets = self._log_number_offset
+            # Usually a line already read: a scan of every offset on every sync grew with the journal.
+            log_number = (
+                log_number_from if log_number_from in offsets else max(n for n in offsets if n <= log_number_from)
+            )
+            f.seek(offsets[log_number])
             for line in f:
                 if not line.endswith(b"\n"):
                     log.warning(
