@@ -266,10 +266,9 @@ def breakdown(kind: str, args, home: Path) -> dict[str, float]:
     """Median seconds per trial in each part of a tlsearch trial, in one process (threads-only cluster).
 
     A trial's parts are summed from the engine's own functions, timed in place; a trial begins where its
-    task loads the study; "trial" is its duration in the study store (driver's ask to tell)."""
+    task opens the trial; "trial" is its duration in the study store (driver's ask to tell)."""
     import distributed
     import keras
-    import optuna
 
     import tlsearch
     from tlsearch import cv, trial_task
@@ -277,14 +276,14 @@ def breakdown(kind: str, args, home: Path) -> dict[str, float]:
     from tlsearch.stores import Stores
 
     watch, per_trial = Stopwatch(), []
-    load_study = optuna.load_study
+    open_trial = trial_task.open_trial
 
     def new_trial(*a, **kw):
         watch.totals, watch.fits = collections.Counter(), []
         per_trial.append((watch.totals, watch.fits))
         begun = time.perf_counter()
         try:
-            return load_study(*a, **kw)
+            return open_trial(*a, **kw)
         finally:
             watch.totals["study load"] += time.perf_counter() - begun
 
@@ -303,7 +302,7 @@ def breakdown(kind: str, args, home: Path) -> dict[str, float]:
         finally:
             watch.fits.append(time.perf_counter() - begun)
 
-    keras.Model.fit, optuna.load_study = timed_fit, new_trial
+    keras.Model.fit, trial_task.open_trial = timed_fit, new_trial
     try:
         with (
             distributed.LocalCluster(
@@ -323,7 +322,7 @@ def breakdown(kind: str, args, home: Path) -> dict[str, float]:
                 progress="off",
             )
     finally:
-        keras.Model.fit, optuna.load_study = fit, load_study
+        keras.Model.fit, trial_task.open_trial = fit, open_trial
     durations = [trial.duration.total_seconds() for trial in sorted(study.trials, key=lambda t: t.number)]
     rows = []
     for (totals, fits), duration in zip(per_trial, durations):
