@@ -33,6 +33,8 @@ from tlsearch.storage._cache import StudyCache
 from tlsearch.storage._mongo_connection import Collections
 from tlsearch.storage._mongo_studies import MongoStudies
 
+_MAX_WRITTEN = 1024  # documents of unfinished trials this process has written, kept for their next write
+
 HeartbeatStaleTrialCallback = Callable[["optuna.study.Study", FrozenTrial], None]
 
 
@@ -84,6 +86,7 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
     def _start(self, client: pymongo.MongoClient | None) -> None:
         super()._start(client)
         self._just_written = threading.local()  # see _remember_written
+        self._written: dict[int, dict[str, Any]] = {}  # see _remember_written (lock held)
 
     # Pickling: the settings travel with the URI, the cache does not.
 
@@ -101,16 +104,32 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         self._just_written.trial = None  # talking to the server again: see _remember_written
         return super()._retrying(operation)
 
-    def _remember_written(self, trial: FrozenTrial) -> None:
-        """Read-your-own-write: the next get_trial of this thread returns `trial` without a round trip, if it
-        asks for it before talking to the server again. Optuna asks for the trial it has just created or
-        taken from the queue right away; the document we wrote is what a read would return."""
-        self._just_written.trial = trial
+    def _remember_written(self, document: dict[str, Any]) -> None:
+        """Read-your-own-write: `document` is what the server holds now for a trial this thread has just
+        written (created, taken from the queue, updated). The next get_trial of this thread returns it without
+        a round trip if it asks before talking to the server again: Optuna asks for the trial it has just
+        created or taken, and, to tell it, for the trial it has just reported to. Its version lets the next
+        write to the trial know the document after it as well (see _write_known)."""
+        trial_id = int(document["_id"])
+        with self._lock:
+            self._written.pop(trial_id, None)
+            if len(self._written) >= _MAX_WRITTEN:
+                del self._written[next(iter(self._written))]
+            self._written[trial_id] = document
+        self._just_written.trial = trial_id
+
+    def _forget_written(self, trial_id: int) -> None:
+        with self._lock:
+            self._written.pop(trial_id, None)
 
     def _take_written(self, trial_id: int) -> FrozenTrial | None:
-        trial = getattr(self._just_written, "trial", None)
+        taken = getattr(self._just_written, "trial", None)
         self._just_written.trial = None
-        return trial if trial is not None and compat.trial_id(trial) == trial_id else None
+        if taken != trial_id:
+            return None
+        with self._lock:
+            document = self._written.get(trial_id)
+        return codec.decode_trial(document) if document is not None else None
 
     # Trials: creation
 
@@ -141,7 +160,8 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         trial = codec.decode_trial(document)
         with self._lock:
             cache.add(trial, document)
-        self._remember_written(trial)
+        if not trial.state.is_finished():
+            self._remember_written(document)
         return compat.trial_id(trial)
 
     # Trials: writes (compare-and-set on the state: a finished trial never changes)
@@ -194,15 +214,47 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         """`$set` fields of a trial, provided it is unfinished: compare-and-set on its state.
 
         A repeat after a lost reply rewrites the same values, so retrying is safe; the filter matching is
-        what counts (matched_count), as rewriting a value already there modifies nothing."""
-        expected = TrialState.RUNNING.name
+        what counts, as rewriting a value already there modifies nothing."""
+        update = {"$set": fields, "$inc": {codec.VERSION: 1}}
+        with self._lock:
+            known = self._written.get(trial_id)
+        expected = known["state"] if known is not None else TrialState.RUNNING.name
         while True:
-            result = self._retrying(
-                lambda c: c.trials.update_one({"_id": trial_id, "state": expected}, {"$set": fields})
-            )
-            if result.matched_count:
+            if known is not None:
+                if self._write_known(trial_id, known, expected, update, fields):
+                    return
+                known = None
+            elif self._retrying(
+                lambda c: c.trials.update_one({"_id": trial_id, "state": expected}, update)
+            ).matched_count:
                 return
             expected = self._check_updatable(trial_id).name
+
+    def _write_known(
+        self, trial_id: int, known: dict[str, Any], expected: str, update: dict[str, Any], fields: dict[str, Any]
+    ) -> bool:
+        """The update of a trial whose document this process knows; False if the state filter did not match.
+
+        The old version comes back (BEFORE, projected: a few bytes): if it is the one we know, nobody else wrote
+        in between, and the document now is ours with `fields` applied."""
+        before = self._retrying(
+            lambda c: c.trials.find_one_and_update(
+                {"_id": trial_id, "state": expected},
+                update,
+                projection={codec.VERSION: True, "_id": False},
+                return_document=ReturnDocument.BEFORE,
+            )
+        )
+        if before is None:
+            self._forget_written(trial_id)
+            return False
+        if before.get(codec.VERSION, 0) == known.get(codec.VERSION, 0):
+            after = codec.apply_set(known, fields)
+            after[codec.VERSION] = known.get(codec.VERSION, 0) + 1
+            self._remember_written(after)
+        else:
+            self._forget_written(trial_id)
+        return True
 
     def _check_updatable(self, trial_id: int) -> TrialState:
         """The trial's state; KeyError if it does not exist, UpdateFinishedTrialError if it is finished."""
@@ -224,39 +276,62 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
             fields.update(codec.datetime_fields("datetime_start", now))
         if state.is_finished():
             fields.update(codec.datetime_fields("datetime_complete", now))
+        update = {"$set": fields, "$inc": {codec.VERSION: 1}}
         # WAITING -> RUNNING is how a worker takes an enqueued trial; anything else starts from RUNNING.
         expected = TrialState.WAITING if state == TrialState.RUNNING else TrialState.RUNNING
+        with self._lock:
+            known = self._written.get(trial_id)
         while True:
             if state == TrialState.RUNNING and expected == TrialState.RUNNING:
                 return False
             # Compare-and-set: exactly one caller moves the trial out of `expected`. BEFORE: the old
-            # document, to which we apply our own fields to get the new one.
-            before = self._retrying(
-                lambda c: c.trials.find_one_and_update(
-                    {"_id": trial_id, "state": expected.name},
-                    {"$set": fields},
-                    return_document=ReturnDocument.BEFORE,
+            # document (only its version when we know the document), to which we apply our own fields.
+            if known is not None and known["state"] == expected.name:
+                before = self._retrying(
+                    lambda c: c.trials.find_one_and_update(
+                        {"_id": trial_id, "state": expected.name},
+                        update,
+                        projection={codec.VERSION: True, "_id": False},
+                        return_document=ReturnDocument.BEFORE,
+                    )
                 )
-            )
+                if before is not None and before.get(codec.VERSION, 0) != known.get(codec.VERSION, 0):
+                    before = self._retrying(lambda c: c.trials.find_one({"_id": trial_id}))  # ours, then others'
+                    after = before
+                elif before is not None:
+                    after = {**codec.apply_set(known, fields), codec.VERSION: known.get(codec.VERSION, 0) + 1}
+            else:
+                before = self._retrying(
+                    lambda c: c.trials.find_one_and_update(
+                        {"_id": trial_id, "state": expected.name}, update, return_document=ReturnDocument.BEFORE
+                    )
+                )
+                if before is not None:
+                    after = {**codec.apply_set(before, fields), codec.VERSION: before.get(codec.VERSION, 0) + 1}
             if before is not None:
-                after = codec.apply_set(before, fields)
-                if state.is_finished():
-                    self._remember_finished(after)
-                elif state == TrialState.RUNNING:
-                    self._remember_written(codec.decode_trial(after))  # a worker took it: Trial() reads it next
+                self._settled(state, after)
                 return True
+            known = None
             current = self._retrying(lambda c: c.trials.find_one({"_id": trial_id}))
             if current is None:
                 raise KeyError(f"No trial with trial_id {trial_id} exists.")
             if current.get("state_changed_by") == token:  # our attempt landed, its reply was lost
-                if state.is_finished():
-                    self._remember_finished(current)
+                self._settled(state, current)
                 return True
             expected = TrialState[current["state"]]
             if expected.is_finished():
+                self._forget_written(trial_id)
                 raise UpdateFinishedTrialError(
                     f"Trial#{current['number']} has already finished and can not be updated."
                 )
+
+    def _settled(self, state: TrialState, document: dict[str, Any]) -> None:
+        """Take in the document of a trial whose state this thread has just changed."""
+        if state.is_finished():
+            self._forget_written(int(document["_id"]))
+            self._remember_finished(document)
+        else:  # a worker took it from the queue: Trial() reads it next
+            self._remember_written(document)
 
     def _remember_finished(self, document: dict[str, Any]) -> None:
         with self._lock:
@@ -325,7 +400,10 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         return copy.deepcopy(trials) if deepcopy else trials
 
     def _refresh(self, cache: StudyCache) -> None:
-        """Read what changed in the study since the last call: its unfinished trials and new ones (lock held)."""
+        """Read what changed in the study since the last call: its unfinished trials and new ones (lock held).
+
+        This process's own writes are taken in from their documents first, so that reading the same document
+        back costs no decoding."""
         if not cache.loaded:
             documents = self._retrying(
                 lambda c: list(c.trials.find({"study_id": cache.study_id}).sort("number", 1).batch_size(1000))
@@ -334,6 +412,9 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
             cache.loaded = True
             return
         unfinished, window = cache.ids_to_refresh()
+        written = [self._written[trial_id] for trial_id in unfinished if trial_id in self._written]
+        if written:
+            cache.merge(written, codec.decode_trial)
         ids = unfinished + list(window)
         while True:
             documents = self._retrying(lambda c: list(c.trials.find({"_id": {"$in": ids}})))
