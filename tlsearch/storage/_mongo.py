@@ -11,7 +11,9 @@ exists, so numbers are dense even when a process dies at any point. Reads go thr
 from __future__ import annotations
 
 import copy
+import itertools
 import threading
+import time
 from collections.abc import Callable, Container, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -34,6 +36,7 @@ from tlsearch.storage._mongo_connection import Collections
 from tlsearch.storage._mongo_studies import MongoStudies
 
 _MAX_WRITTEN = 1024  # documents of unfinished trials this process has written, kept for their next write
+_SHARE_SECONDS = 1.0  # see get_all_trials
 
 HeartbeatStaleTrialCallback = Callable[["optuna.study.Study", FrozenTrial], None]
 
@@ -59,9 +62,12 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         ValueError: the URI is invalid, or a heartbeat setting is not a positive number.
 
     What a read returns: finished trials come from this process's cache (they never change); unfinished ones
-    are read afresh, except that `get_trial` of the trial this thread has just created or taken from the
-    queue returns what it wrote. A study's name and directions are read once per process: a study another
-    process deletes stays visible here until this process next writes to one of its trials.
+    are read afresh, except that `get_trial` of the trial this thread has just written (created, taken from
+    the queue, reported to) returns what the write left, and that the reads of a sampling step (right after
+    this thread created or took a trial, back to back, with no command from this process in between, within
+    a second) share one refresh. Every write is sent before the call returns. A study's name and directions
+    are read once per process: a study another process deletes stays visible here until this process next
+    writes to one of its trials.
     """
 
     @renamed_keywords(url_or_client="uri_or_client")
@@ -86,7 +92,9 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
     def _start(self, client: pymongo.MongoClient | None) -> None:
         super()._start(client)
         self._just_written = threading.local()  # see _remember_written
+        self._step = threading.local()  # see get_all_trials
         self._written: dict[int, dict[str, Any]] = {}  # see _remember_written (lock held)
+        self._tickets = itertools.count()  # one number per command this process sends (see get_all_trials)
 
     # Pickling: the settings travel with the URI, the cache does not.
 
@@ -102,6 +110,8 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
 
     def _retrying(self, operation: Callable[[Collections], Any]) -> Any:
         self._just_written.trial = None  # talking to the server again: see _remember_written
+        self._step.shared = None  # see get_all_trials
+        self._step.ticket = next(self._tickets)
         return super()._retrying(operation)
 
     def _remember_written(self, document: dict[str, Any]) -> None:
@@ -162,6 +172,8 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
             cache.add(trial, document)
         if not trial.state.is_finished():
             self._remember_written(document)
+        if trial.state == TrialState.RUNNING:
+            self._start_step(study_id)
         return compat.trial_id(trial)
 
     # Trials: writes (compare-and-set on the state: a finished trial never changes)
@@ -332,6 +344,7 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
             self._remember_finished(document)
         else:  # a worker took it from the queue: Trial() reads it next
             self._remember_written(document)
+            self._start_step(int(document["study_id"]))
 
     def _remember_finished(self, document: dict[str, Any]) -> None:
         with self._lock:
@@ -393,11 +406,38 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
     def get_all_trials(
         self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
     ) -> list[FrozenTrial]:
+        """The study's trials, read afresh, except within a sampling step (see _start_step).
+
+        A sampler reads the study several times while it samples a new trial (TPE twice, before the trial's
+        first write). Those reads, when back to back in one thread with no command from this process in
+        between, and within _SHARE_SECONDS of the first, share the first one's refresh."""
         with self._lock:
             cache = self._study(study_id)
-            self._refresh(cache)
+            if not self._shares_refresh(study_id):
+                armed = getattr(self._step, "armed", None) == study_id
+                self._step.armed = None
+                self._refresh(cache)
+                if armed:  # the first read of a sampling step: the next ones may share it
+                    self._step.shared = (study_id, self._step.ticket, time.monotonic() + _SHARE_SECONDS)
             trials = cache.view(states)
         return copy.deepcopy(trials) if deepcopy else trials
+
+    def _shares_refresh(self, study_id: int) -> bool:
+        """Whether this thread's last refresh of the study may serve this call too: it began the sampling step
+        and nothing (no command from any thread of this process, no time) has passed since."""
+        shared = getattr(self._step, "shared", None)
+        if shared is None or shared[0] != study_id or time.monotonic() > shared[2]:
+            return False
+        ticket = next(self._tickets)  # the next one after this thread's last command: nobody sent one since
+        if ticket != shared[1] + 1:
+            self._step.shared = None
+            return False
+        self._step.shared = (study_id, ticket, shared[2])
+        return True
+
+    def _start_step(self, study_id: int) -> None:
+        """This thread has just created or taken a trial of the study: a sampler is about to sample it."""
+        self._step.armed = study_id
 
     def _refresh(self, cache: StudyCache) -> None:
         """Read what changed in the study since the last call: its unfinished trials and new ones (lock held).
