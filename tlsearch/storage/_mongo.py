@@ -6,6 +6,12 @@ insert guarded by a unique index. Trial numbers are claimed by inserting the tri
 next number (the unique `_id` refuses a taken one), and a number is only ever tried once its predecessor
 exists, so numbers are dense even when a process dies at any point. Reads go through a per-study cache
 (`_cache.StudyCache`); writes go straight to the server.
+
+Besides what the class docstring says, two more reads are answered without a round trip: `get_trial` of the
+trial this thread has just reported to returns what the report left (every trial write adds 1 to the trial's
+`version` and gets the old one back: the one we wrote means nobody else wrote in between), and the reads of a
+sampling step (right after this thread created or took a trial, back to back, with no command from this process
+in between, within a second) share one refresh. Every write is sent before its call returns.
 """
 
 from __future__ import annotations
@@ -62,12 +68,9 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         ValueError: the URI is invalid, or a heartbeat setting is not a positive number.
 
     What a read returns: finished trials come from this process's cache (they never change); unfinished ones
-    are read afresh, except that `get_trial` of the trial this thread has just written (created, taken from
-    the queue, reported to) returns what the write left, and that the reads of a sampling step (right after
-    this thread created or took a trial, back to back, with no command from this process in between, within
-    a second) share one refresh. Every write is sent before the call returns. A study's name and directions
-    are read once per process: a study another process deletes stays visible here until this process next
-    writes to one of its trials.
+    are read afresh, except that `get_trial` of the trial this thread has just created or taken from the
+    queue returns what it wrote. A study's name and directions are read once per process: a study another
+    process deletes stays visible here until this process next writes to one of its trials.
     """
 
     @renamed_keywords(url_or_client="uri_or_client")
@@ -406,11 +409,10 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
     def get_all_trials(
         self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
     ) -> list[FrozenTrial]:
-        """The study's trials, read afresh, except within a sampling step (see _start_step).
-
-        A sampler reads the study several times while it samples a new trial (TPE twice, before the trial's
-        first write). Those reads, when back to back in one thread with no command from this process in
-        between, and within _SHARE_SECONDS of the first, share the first one's refresh."""
+        # Read afresh, except within a sampling step (see _start_step): a sampler reads the study several times
+        # while it samples a new trial (TPE twice, before the trial's first write). Those reads, when back to
+        # back in one thread with no command from this process in between, and within _SHARE_SECONDS of the
+        # first, share the first one's refresh.
         with self._lock:
             cache = self._study(study_id)
             if not self._shares_refresh(study_id):
