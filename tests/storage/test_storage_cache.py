@@ -5,6 +5,8 @@ Judged by the documents each call reads from the server, which do not depend on 
 
 from __future__ import annotations
 
+import threading
+
 import optuna
 import pymongo
 import pytest
@@ -124,3 +126,101 @@ def test_cached_results_are_not_changed_by_later_writes(mongo_storage):
     after = mongo_storage.get_all_trials(study_id, deepcopy=False)
     assert [trial.state for trial in before] == snapshot and len(before) == 1
     assert [trial.state for trial in after] == [TrialState.COMPLETE, TrialState.RUNNING]
+
+
+class Commands(monitoring.CommandListener):
+    """The names of the commands sent, in order."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.names.append(event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+    def take(self) -> list[str]:
+        names, self.names = self.names, []
+        return names
+
+
+@pytest.fixture
+def commands(mongo_uri, mongo_db_name):
+    listener = Commands()
+    client = pymongo.MongoClient(mongo_uri, event_listeners=[listener])
+    yield MongoStorage(client, mongo_db_name), listener
+    client.close()
+
+
+def test_a_trial_is_told_from_the_document_its_last_write_left(commands, mongo_storage):
+    storage, sent = commands
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    trial.suggest_float("x", 0, 1)
+    trial.report(0.5, 0)
+    sent.take()
+    study.tell(trial, 0.25)  # reads the trial, then finishes it
+    assert sent.take() == ["findAndModify"]  # no read: the report's reply said nobody else wrote in between
+    told = storage.get_trial(trial._trial_id)
+    assert sent.take() == []  # finished: from the cache
+    fresh = mongo_storage.get_trial(trial._trial_id)  # what the server holds: the same trial
+    assert told == fresh and fresh.intermediate_values == {0: 0.5} and fresh.value == 0.25
+    assert storage.get_trial(trial._trial_id).params == trial.params
+
+
+def test_another_processs_write_to_a_trial_is_read_not_guessed(commands, mongo_storage):
+    storage, sent = commands
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    trial.report(0.5, 0)
+    mongo_storage.set_trial_user_attr(trial._trial_id, "note", "from elsewhere")  # another process
+    trial.report(0.4, 1)  # finds a version it did not write: it no longer knows the document
+    assert storage.get_trial(trial._trial_id).user_attrs == {"note": "from elsewhere"}
+    assert sent.take()[-1] == "find"
+    storage.set_trial_state_values(trial._trial_id, TrialState.COMPLETE, [0.4])
+    finished = mongo_storage.get_trial(trial._trial_id)
+    assert finished.user_attrs == {"note": "from elsewhere"} and finished.intermediate_values == {0: 0.5, 1: 0.4}
+    assert storage.get_trial(trial._trial_id).user_attrs == {"note": "from elsewhere"}  # cached as the server has it
+
+
+def test_a_sampling_steps_back_to_back_reads_share_one_refresh(commands, mongo_storage):
+    storage, sent = commands
+    study_id = storage.create_new_study([StudyDirection.MINIMIZE])
+    trial_id = storage.create_new_trial(study_id)
+    sent.take()
+    storage.get_all_trials(study_id, deepcopy=False)
+    storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE,))  # TPE reads twice
+    assert sent.take() == ["find"]
+    storage.set_trial_param(trial_id, "x", 0.5, optuna.distributions.FloatDistribution(0, 1))
+    assert storage.get_all_trials(study_id)[0].params == {"x": 0.5}  # a write ends the step: read again
+    other = mongo_storage.create_new_trial(study_id)  # another process
+    assert [trial._trial_id for trial in storage.get_all_trials(study_id)] == [trial_id, other]
+    assert sent.take().count("find") == 2
+
+
+def test_a_reader_that_samples_nothing_always_reads_afresh(commands, mongo_storage):
+    storage, sent = commands
+    study_id = mongo_storage.create_new_study([StudyDirection.MINIMIZE])
+    for expected in range(1, 4):
+        mongo_storage.create_new_trial(study_id)  # another process
+        assert len(storage.get_all_trials(study_id)) == expected
+    storage.create_new_trial(study_id)
+    storage.get_all_trials(study_id)
+    mongo_storage.create_new_trial(study_id)
+    storage.get_trial(mongo_storage.get_trial_id_from_study_id_trial_number(study_id, 0))  # a command in between
+    assert len(storage.get_all_trials(study_id)) == 5
+
+
+def test_a_sampling_step_shares_nothing_past_another_threads_command(commands):
+    storage, sent = commands
+    study_id = storage.create_new_study([StudyDirection.MINIMIZE])
+    storage.create_new_trial(study_id)
+    storage.get_all_trials(study_id)
+    thread = threading.Thread(target=storage.create_new_trial, args=(study_id,))
+    thread.start()
+    thread.join()
+    assert len(storage.get_all_trials(study_id)) == 2

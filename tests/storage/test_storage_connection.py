@@ -132,23 +132,23 @@ def test_a_lost_reply_to_a_trial_insert_makes_no_duplicate(mongo_storage, monkey
 
 def test_a_write_lost_before_the_server_saw_it_is_retried(mongo_storage, monkeypatch):
     study_id = mongo_storage.create_new_study([StudyDirection.MINIMIZE])
-    update_one, insert_one = Collection.update_one, Collection.insert_one
-    failures = {"update_one": 1, "insert_one": 1}
+    failures = {"update": 1, "insert": 1}
 
-    def flaky(name, original):
+    def flaky(kind, original):
         def call(self, *args, **kwargs):
-            if failures[name]:
-                failures[name] -= 1
+            if failures[kind]:
+                failures[kind] -= 1
                 raise AutoReconnect("connection refused (simulated)")
             return original(self, *args, **kwargs)
 
         return call
 
-    monkeypatch.setattr(Collection, "update_one", flaky("update_one", update_one))
-    monkeypatch.setattr(Collection, "insert_one", flaky("insert_one", insert_one))
+    for name in ("update_one", "find_one_and_update"):  # a trial update is one or the other
+        monkeypatch.setattr(Collection, name, flaky("update", getattr(Collection, name)))
+    monkeypatch.setattr(Collection, "insert_one", flaky("insert", Collection.insert_one))
     trial_id = mongo_storage.create_new_trial(study_id)
     mongo_storage.set_trial_user_attr(trial_id, "kept", True)
-    assert failures == {"update_one": 0, "insert_one": 0}
+    assert failures == {"update": 0, "insert": 0}
     assert mongo_storage.get_trial(trial_id).user_attrs == {"kept": True}
 
 

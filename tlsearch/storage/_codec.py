@@ -26,6 +26,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tlsearch._optuna_compat import FrozenStudy
 
+# Every write to a trial adds 1 to its `version` (0 when inserted): a writer whose update finds the version
+# it last wrote knows the whole document after its update without reading it back.
+VERSION = "version"
+
 # A trial's id says where it lives: study_id * TRIAL_ID_SPAN + number. Study ids are never reused and
 # numbers are dense per study, so ids are unique for ever and new trials of a study can be looked up by id.
 TRIAL_ID_SPAN = 10**9
@@ -285,6 +289,7 @@ def trial_document(
                 "datetime_complete": complete_fields["usec.datetime_complete"],
             },
         )
+    document[VERSION] = 0
     document["created_by"] = created_by
     return document
 

@@ -6,12 +6,20 @@ insert guarded by a unique index. Trial numbers are claimed by inserting the tri
 next number (the unique `_id` refuses a taken one), and a number is only ever tried once its predecessor
 exists, so numbers are dense even when a process dies at any point. Reads go through a per-study cache
 (`_cache.StudyCache`); writes go straight to the server.
+
+Besides what the class docstring says, two more reads are answered without a round trip: `get_trial` of the
+trial this thread has just reported to returns what the report left (every trial write adds 1 to the trial's
+`version` and gets the old one back: the one we wrote means nobody else wrote in between), and the reads of a
+sampling step (right after this thread created or took a trial, back to back, with no command from this process
+in between, within a second) share one refresh. Every write is sent before its call returns.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import threading
+import time
 from collections.abc import Callable, Container, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -32,6 +40,9 @@ from tlsearch.storage import _codec as codec
 from tlsearch.storage._cache import StudyCache
 from tlsearch.storage._mongo_connection import Collections
 from tlsearch.storage._mongo_studies import MongoStudies
+
+_MAX_WRITTEN = 1024  # documents of unfinished trials this process has written, kept for their next write
+_SHARE_SECONDS = 1.0  # see get_all_trials
 
 HeartbeatStaleTrialCallback = Callable[["optuna.study.Study", FrozenTrial], None]
 
@@ -84,6 +95,9 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
     def _start(self, client: pymongo.MongoClient | None) -> None:
         super()._start(client)
         self._just_written = threading.local()  # see _remember_written
+        self._step = threading.local()  # see get_all_trials
+        self._written: dict[int, dict[str, Any]] = {}  # see _remember_written (lock held)
+        self._tickets = itertools.count()  # one number per command this process sends (see get_all_trials)
 
     # Pickling: the settings travel with the URI, the cache does not.
 
@@ -99,18 +113,36 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
 
     def _retrying(self, operation: Callable[[Collections], Any]) -> Any:
         self._just_written.trial = None  # talking to the server again: see _remember_written
+        self._step.shared = None  # see get_all_trials
+        self._step.ticket = next(self._tickets)
         return super()._retrying(operation)
 
-    def _remember_written(self, trial: FrozenTrial) -> None:
-        """Read-your-own-write: the next get_trial of this thread returns `trial` without a round trip, if it
-        asks for it before talking to the server again. Optuna asks for the trial it has just created or
-        taken from the queue right away; the document we wrote is what a read would return."""
-        self._just_written.trial = trial
+    def _remember_written(self, document: dict[str, Any]) -> None:
+        """Read-your-own-write: `document` is what the server holds now for a trial this thread has just
+        written (created, taken from the queue, updated). The next get_trial of this thread returns it without
+        a round trip if it asks before talking to the server again: Optuna asks for the trial it has just
+        created or taken, and, to tell it, for the trial it has just reported to. Its version lets the next
+        write to the trial know the document after it as well (see _write_known)."""
+        trial_id = int(document["_id"])
+        with self._lock:
+            self._written.pop(trial_id, None)
+            if len(self._written) >= _MAX_WRITTEN:
+                del self._written[next(iter(self._written))]
+            self._written[trial_id] = document
+        self._just_written.trial = trial_id
+
+    def _forget_written(self, trial_id: int) -> None:
+        with self._lock:
+            self._written.pop(trial_id, None)
 
     def _take_written(self, trial_id: int) -> FrozenTrial | None:
-        trial = getattr(self._just_written, "trial", None)
+        taken = getattr(self._just_written, "trial", None)
         self._just_written.trial = None
-        return trial if trial is not None and compat.trial_id(trial) == trial_id else None
+        if taken != trial_id:
+            return None
+        with self._lock:
+            document = self._written.get(trial_id)
+        return codec.decode_trial(document) if document is not None else None
 
     # Trials: creation
 
@@ -141,7 +173,10 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         trial = codec.decode_trial(document)
         with self._lock:
             cache.add(trial, document)
-        self._remember_written(trial)
+        if not trial.state.is_finished():
+            self._remember_written(document)
+        if trial.state == TrialState.RUNNING:
+            self._start_step(study_id)
         return compat.trial_id(trial)
 
     # Trials: writes (compare-and-set on the state: a finished trial never changes)
@@ -194,15 +229,47 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         """`$set` fields of a trial, provided it is unfinished: compare-and-set on its state.
 
         A repeat after a lost reply rewrites the same values, so retrying is safe; the filter matching is
-        what counts (matched_count), as rewriting a value already there modifies nothing."""
-        expected = TrialState.RUNNING.name
+        what counts, as rewriting a value already there modifies nothing."""
+        update = {"$set": fields, "$inc": {codec.VERSION: 1}}
+        with self._lock:
+            known = self._written.get(trial_id)
+        expected = known["state"] if known is not None else TrialState.RUNNING.name
         while True:
-            result = self._retrying(
-                lambda c: c.trials.update_one({"_id": trial_id, "state": expected}, {"$set": fields})
-            )
-            if result.matched_count:
+            if known is not None:
+                if self._write_known(trial_id, known, expected, update, fields):
+                    return
+                known = None
+            elif self._retrying(
+                lambda c: c.trials.update_one({"_id": trial_id, "state": expected}, update)
+            ).matched_count:
                 return
             expected = self._check_updatable(trial_id).name
+
+    def _write_known(
+        self, trial_id: int, known: dict[str, Any], expected: str, update: dict[str, Any], fields: dict[str, Any]
+    ) -> bool:
+        """The update of a trial whose document this process knows; False if the state filter did not match.
+
+        The old version comes back (BEFORE, projected: a few bytes): if it is the one we know, nobody else wrote
+        in between, and the document now is ours with `fields` applied."""
+        before = self._retrying(
+            lambda c: c.trials.find_one_and_update(
+                {"_id": trial_id, "state": expected},
+                update,
+                projection={codec.VERSION: True, "_id": False},
+                return_document=ReturnDocument.BEFORE,
+            )
+        )
+        if before is None:
+            self._forget_written(trial_id)
+            return False
+        if before.get(codec.VERSION, 0) == known.get(codec.VERSION, 0):
+            after = codec.apply_set(known, fields)
+            after[codec.VERSION] = known.get(codec.VERSION, 0) + 1
+            self._remember_written(after)
+        else:
+            self._forget_written(trial_id)
+        return True
 
     def _check_updatable(self, trial_id: int) -> TrialState:
         """The trial's state; KeyError if it does not exist, UpdateFinishedTrialError if it is finished."""
@@ -224,39 +291,63 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
             fields.update(codec.datetime_fields("datetime_start", now))
         if state.is_finished():
             fields.update(codec.datetime_fields("datetime_complete", now))
+        update = {"$set": fields, "$inc": {codec.VERSION: 1}}
         # WAITING -> RUNNING is how a worker takes an enqueued trial; anything else starts from RUNNING.
         expected = TrialState.WAITING if state == TrialState.RUNNING else TrialState.RUNNING
+        with self._lock:
+            known = self._written.get(trial_id)
         while True:
             if state == TrialState.RUNNING and expected == TrialState.RUNNING:
                 return False
             # Compare-and-set: exactly one caller moves the trial out of `expected`. BEFORE: the old
-            # document, to which we apply our own fields to get the new one.
-            before = self._retrying(
-                lambda c: c.trials.find_one_and_update(
-                    {"_id": trial_id, "state": expected.name},
-                    {"$set": fields},
-                    return_document=ReturnDocument.BEFORE,
+            # document (only its version when we know the document), to which we apply our own fields.
+            if known is not None and known["state"] == expected.name:
+                before = self._retrying(
+                    lambda c: c.trials.find_one_and_update(
+                        {"_id": trial_id, "state": expected.name},
+                        update,
+                        projection={codec.VERSION: True, "_id": False},
+                        return_document=ReturnDocument.BEFORE,
+                    )
                 )
-            )
+                if before is not None and before.get(codec.VERSION, 0) != known.get(codec.VERSION, 0):
+                    before = self._retrying(lambda c: c.trials.find_one({"_id": trial_id}))  # ours, then others'
+                    after = before
+                elif before is not None:
+                    after = {**codec.apply_set(known, fields), codec.VERSION: known.get(codec.VERSION, 0) + 1}
+            else:
+                before = self._retrying(
+                    lambda c: c.trials.find_one_and_update(
+                        {"_id": trial_id, "state": expected.name}, update, return_document=ReturnDocument.BEFORE
+                    )
+                )
+                if before is not None:
+                    after = {**codec.apply_set(before, fields), codec.VERSION: before.get(codec.VERSION, 0) + 1}
             if before is not None:
-                after = codec.apply_set(before, fields)
-                if state.is_finished():
-                    self._remember_finished(after)
-                elif state == TrialState.RUNNING:
-                    self._remember_written(codec.decode_trial(after))  # a worker took it: Trial() reads it next
+                self._settled(state, after)
                 return True
+            known = None
             current = self._retrying(lambda c: c.trials.find_one({"_id": trial_id}))
             if current is None:
                 raise KeyError(f"No trial with trial_id {trial_id} exists.")
             if current.get("state_changed_by") == token:  # our attempt landed, its reply was lost
-                if state.is_finished():
-                    self._remember_finished(current)
+                self._settled(state, current)
                 return True
             expected = TrialState[current["state"]]
             if expected.is_finished():
+                self._forget_written(trial_id)
                 raise UpdateFinishedTrialError(
                     f"Trial#{current['number']} has already finished and can not be updated."
                 )
+
+    def _settled(self, state: TrialState, document: dict[str, Any]) -> None:
+        """Take in the document of a trial whose state this thread has just changed."""
+        if state.is_finished():
+            self._forget_written(int(document["_id"]))
+            self._remember_finished(document)
+        else:  # a worker took it from the queue: Trial() reads it next
+            self._remember_written(document)
+            self._start_step(int(document["study_id"]))
 
     def _remember_finished(self, document: dict[str, Any]) -> None:
         with self._lock:
@@ -318,14 +409,43 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
     def get_all_trials(
         self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
     ) -> list[FrozenTrial]:
+        # Read afresh, except within a sampling step (see _start_step): a sampler reads the study several times
+        # while it samples a new trial (TPE twice, before the trial's first write). Those reads, when back to
+        # back in one thread with no command from this process in between, and within _SHARE_SECONDS of the
+        # first, share the first one's refresh.
         with self._lock:
             cache = self._study(study_id)
-            self._refresh(cache)
+            if not self._shares_refresh(study_id):
+                armed = getattr(self._step, "armed", None) == study_id
+                self._step.armed = None
+                self._refresh(cache)
+                if armed:  # the first read of a sampling step: the next ones may share it
+                    self._step.shared = (study_id, self._step.ticket, time.monotonic() + _SHARE_SECONDS)
             trials = cache.view(states)
         return copy.deepcopy(trials) if deepcopy else trials
 
+    def _shares_refresh(self, study_id: int) -> bool:
+        """Whether this thread's last refresh of the study may serve this call too: it began the sampling step
+        and nothing (no command from any thread of this process, no time) has passed since."""
+        shared = getattr(self._step, "shared", None)
+        if shared is None or shared[0] != study_id or time.monotonic() > shared[2]:
+            return False
+        ticket = next(self._tickets)  # the next one after this thread's last command: nobody sent one since
+        if ticket != shared[1] + 1:
+            self._step.shared = None
+            return False
+        self._step.shared = (study_id, ticket, shared[2])
+        return True
+
+    def _start_step(self, study_id: int) -> None:
+        """This thread has just created or taken a trial of the study: a sampler is about to sample it."""
+        self._step.armed = study_id
+
     def _refresh(self, cache: StudyCache) -> None:
-        """Read what changed in the study since the last call: its unfinished trials and new ones (lock held)."""
+        """Read what changed in the study since the last call: its unfinished trials and new ones (lock held).
+
+        This process's own writes are taken in from their documents first, so that reading the same document
+        back costs no decoding."""
         if not cache.loaded:
             documents = self._retrying(
                 lambda c: list(c.trials.find({"study_id": cache.study_id}).sort("number", 1).batch_size(1000))
@@ -334,6 +454,9 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
             cache.loaded = True
             return
         unfinished, window = cache.ids_to_refresh()
+        written = [self._written[trial_id] for trial_id in unfinished if trial_id in self._written]
+        if written:
+            cache.merge(written, codec.decode_trial)
         ids = unfinished + list(window)
         while True:
             documents = self._retrying(lambda c: list(c.trials.find({"_id": {"$in": ids}})))
