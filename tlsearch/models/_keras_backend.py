@@ -86,10 +86,7 @@ def clear_session(keras: Any, keep_kernels: bool) -> None:
     trains the model this one traced (see _keras_reuse), and that model's instantiated functions are in the
     cache (a trial of the MLP on digits: 2.3 s with the cache cleared, 1.2 s kept). `forget_kernels` clears it
     when that model is replaced, so a search over many structures does not grow."""
-    if not keep_kernels:
-        keras.backend.clear_session()
-        return
-    with _tensorflow_kernels_kept(keras):
+    with _tensorflow_kernels_kept(keras) if keep_kernels else contextlib.nullcontext():
         keras.backend.clear_session()
 
 

@@ -43,14 +43,16 @@ def training(
 def evaluation(keras: Any, x: np.ndarray, y: np.ndarray, batch_size: int) -> dict[str, Any]:
     """The keywords of `model.evaluate` that give it the rows x, y in batches of `batch_size`."""
     if _as_pipeline(keras, len(x)):
-        return {"x": validation_data(keras, x, y, batch_size)}
+        return {"x": _batches(x, y, batch_size)}
     return {"x": x, "y": y, "batch_size": batch_size}
 
 
 def validation_data(keras: Any, x: np.ndarray, y: np.ndarray, batch_size: int) -> Any:
     """The rows x, y as `model.fit`'s validation_data, in batches of `batch_size` when they go in as a pipeline."""
-    if not _as_pipeline(keras, len(x)):
-        return x, y
+    return _batches(x, y, batch_size) if _as_pipeline(keras, len(x)) else (x, y)
+
+
+def _batches(x: np.ndarray, y: np.ndarray, batch_size: int) -> Any:
     import tensorflow as tf
 
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
