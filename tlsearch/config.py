@@ -64,7 +64,7 @@ class Settings:
     Build it with `Settings.resolve(...)`; the constructor takes the values as they are."""
 
     mongo: str | None = None
-    database: str = DEFAULT_DATABASE
+    database: str | None = None  # None: the database the URI names, else DEFAULT_DATABASE
     home: Path = dataclasses.field(default_factory=lambda: Path(".tlsearch").absolute())
     cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
     scheduler: str | None = None

@@ -12,15 +12,15 @@ Defaults (each can be overridden):
   the compiled loss ("loss") for KerasModel, and whatever the function returns ("score") for CustomLoop.
 - direction: "minimize" for losses and errors ("loss", "*_loss", "*_error", "mse", "mae", ...; not the
   scikit-learn "neg_*" scorers), "maximize" for everything else. Set it explicitly when that guess is wrong.
-- sampler: `optuna.samplers.TPESampler(seed=seed)`; a function `seed -> sampler` gives each trial its own
-  sampler seeded from `seed`, the study and the trial number; pruner: `tlsearch.pruners.KFoldPruner()` (prunes between
+- sampler: `optuna.samplers.TPESampler(seed=seed)`; a function `seed -> sampler` is called once with `seed`.
+  Every trial samples with a copy of the study's sampler whose random state is seeded from `seed`, the study and
+  the trial number (what the sampler built from its seed, e.g. a grid's order, is the study's); pruner: `tlsearch.pruners.KFoldPruner()` (prunes between
   folds), or none for multi-objective studies, which Optuna cannot prune.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
 import hashlib
 import importlib.util
 import logging
@@ -108,7 +108,6 @@ class StudySpec:
     fold_parallel: str | bool = "auto"
     callbacks: Sequence[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] = ()
     metrics: tuple = field(init=False, repr=False)
-    sampler_factory: Callable[[int | None], optuna.samplers.BaseSampler] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         require(
@@ -173,9 +172,10 @@ class StudySpec:
         self.metrics = _resolve_metrics(self.metric, self.model)
         self.directions = _resolve_directions(self.direction, self.directions, self.metrics, self.model)
         self.direction = self.directions[0] if len(self.directions) == 1 else None
-        self.sampler_factory = _sampler_factory(self.sampler)
-        if not isinstance(self.sampler, optuna.samplers.BaseSampler):
-            self.sampler = self.sampler_factory(self.seed)
+        if self.sampler is None:
+            self.sampler = optuna.samplers.TPESampler(seed=self.seed)
+        elif callable(self.sampler) and not isinstance(self.sampler, optuna.samplers.BaseSampler):
+            self.sampler = self.sampler(self.seed)
         require(
             isinstance(self.sampler, optuna.samplers.BaseSampler),
             "StudySpec.sampler",
@@ -220,20 +220,6 @@ class StudySpec:
                     type(error).__name__,
                     error,
                 )
-
-
-def _tpe_sampler(seed: int | None) -> optuna.samplers.TPESampler:
-    return optuna.samplers.TPESampler(seed=seed)
-
-
-def _sampler_factory(sampler) -> Callable[[int | None], optuna.samplers.BaseSampler]:
-    """How each trial gets its own seeded sampler: from the user's function of a seed, or TPE by default;
-    a sampler object is copied and its random state seeded (see `_optuna_compat.seeded_copy`)."""
-    if sampler is None:
-        return _tpe_sampler
-    if callable(sampler) and not isinstance(sampler, optuna.samplers.BaseSampler):
-        return sampler
-    return functools.partial(compat.seeded_copy, sampler)
 
 
 EXAMPLE_PREFIX = "example:"
