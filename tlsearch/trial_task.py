@@ -21,7 +21,12 @@ from optuna.trial import TrialState
 from tlsearch import _optuna_compat as compat
 from tlsearch import _pickling, cv
 from tlsearch.data import Folds, HostCache
+from tlsearch.errors import TLSearchError
 from tlsearch.stores import Stores
+
+
+class DatasetChangedError(TLSearchError):
+    """The dataset a running study is bound to no longer holds the content the study was bound to."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,7 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
     worker = f"{socket.gethostname()}:{os.getpid()}"
     try:
         trial = open_trial(spec, job.stores.study_storage(), job.study_name, job.trial_id, job.seed)
-        dataset = _open_dataset(job.stores, job.dataset_ref)
+        dataset = _open_dataset(job.stores, job.dataset_ref, job.dataset_hash)
         rows = _fold_rows(spec, dataset, _fold_plan(job.stores, job.fold_plan_hash))
         if job.folds:
             results = cv.evaluate_folds(
@@ -136,8 +141,18 @@ def _host_cache():
 
 
 @functools.lru_cache(maxsize=8)
-def _open_dataset(stores: Stores, ref: str):
-    return _host_cache().open(stores.dataset_store(), ref)
+def _open_dataset(stores: Stores, ref: str, content_hash: str):
+    """The dataset a study is bound to, opened once per worker process. Keyed by its content hash as well as its
+    ref: a ref deleted and pushed again with other content is another dataset (a long-lived `tlsearch worker`
+    serves many studies), and one whose content is not the study's is refused."""
+    dataset = _host_cache().open(stores.dataset_store(), ref)
+    if dataset.info.hash != content_hash:
+        dataset.close()
+        raise DatasetChangedError(
+            f"dataset {ref} is now sha256 {dataset.info.hash[:12]}, but the study was bound to sha256 "
+            f"{content_hash[:12]}: it was deleted and pushed again with other content; restart the run"
+        )
+    return dataset
 
 
 def _fold_rows(spec, dataset, plan) -> Folds:
