@@ -83,7 +83,8 @@ def _secrets(uri: str) -> set[str]:
     rest = uri[match.end() :] if match else uri
     userinfo = rest[: rest.rfind("@")] if "@" in rest else ""
     pieces = {userinfo, *userinfo.split(":", 1), *_DELIMITERS.split(userinfo)}
-    pieces |= {unquote_plus(piece) for piece in pieces}
+    decoded = {unquote_plus(piece) for piece in pieces}
+    pieces |= decoded | {part for piece in decoded for part in _DELIMITERS.split(piece)}
     return {piece for piece in pieces if len(piece) >= 3}
 
 

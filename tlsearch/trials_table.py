@@ -188,7 +188,10 @@ def format_frame(frame, fmt: str = "table", path=None, *, raw_csv: bool = False)
 def _neutralised(frame):
     """`frame` with every text cell and column name passed through `csv_cell`."""
     frame = frame.rename(columns=csv_cell)
-    text_columns = [column for column in frame if frame[column].dtype == object]
+    from pandas.api.types import is_bool_dtype, is_datetime64_any_dtype, is_numeric_dtype
+
+    kept = (is_numeric_dtype, is_bool_dtype, is_datetime64_any_dtype)  # no text in them
+    text_columns = [column for column in frame if not any(is_kind(frame[column].dtype) for is_kind in kept)]
     return frame.assign(**{column: frame[column].map(csv_cell) for column in text_columns})
 
 
