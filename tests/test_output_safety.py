@@ -129,7 +129,8 @@ def test_forged_scores_are_shown_as_missing_with_a_warning(tmp_path, capsys):
     home = tmp_path / "home"
     forged = {"mean_test_score": "0.99", "std_test_score": {"$gt": 1}, "n_folds_run": "many"}
     _forged_study(home, "forged", user_attrs=forged)
-    for argv in (["best", "forged"], ["trials", "forged"], ["trials", "forged", "--format", "csv"]):
+    report = ["report", "forged", "-o", str(tmp_path / "report.html")]
+    for argv in (["best", "forged"], ["trials", "forged"], ["trials", "forged", "--format", "csv"], report):
         code, text = _run(capsys, *argv, "--home", str(home))
         assert code == 0, (argv, text)
         assert "Traceback" not in text
