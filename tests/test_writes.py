@@ -154,3 +154,30 @@ def test_a_study_file_record_others_could_write_is_ignored_with_a_warning(tmp_pa
     assert code == 1 and "has no record of the study file of 'plain'" in text
     assert "imported the planted file" not in text
     record.unlink()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 1 MiB tmpfs (needs root and a kernel that lets us mount one); skipped where it cannot be mounted."""
+    mount_point = tmp_path / "tmpfs"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_a_full_filesystem_gives_one_line_and_keeps_the_previous_report(tmp_path, small_tmpfs, capsys):
+    home = tmp_path / "home"
+    _study(home)
+    out = small_tmpfs / "report.html"
+    out.write_text("the previous report\n")
+    code, text = _run(capsys, "report", "plain", "--home", str(home), "-o", str(out))
+    assert code == 1
+    [line] = text.strip().splitlines()
+    assert line.startswith(f"tlsearch: error: cannot write {out}: no space left on the device (")
+    assert out.read_text() == "the previous report\n"
+    assert sorted(p.name for p in small_tmpfs.iterdir()) == ["report.html"]
