@@ -153,7 +153,10 @@ def _checked(name: str, value: Any, where: str) -> Any:
         raise TLSearchError(f"{where}: {name} must be a string, not {value!r}")
     problem = _PROBLEMS.get(name, lambda _: None)(value)
     if problem:
-        raise TLSearchError(f"{where}: {name} {value!r} {problem}")
+        from tlsearch.mongo import mask_uri  # pymongo only when a URI is shown
+
+        shown = mask_uri(value) if name == "mongo" else value
+        raise TLSearchError(f"{where}: {name} {shown!r} {problem}")
     if name in ("home", "cache_dir", "scheduler_file"):
         return Path(value).expanduser().absolute()
     return value

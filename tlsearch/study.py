@@ -35,6 +35,7 @@ import optuna
 
 from tlsearch import _optuna_compat as compat
 from tlsearch import spaces
+from tlsearch._text import name_problem
 from tlsearch.cv import AutoKFold, Holdout
 from tlsearch.errors import TLSearchError
 from tlsearch.models import CustomLoop, KerasModel, ModelKind, SklearnModel
@@ -110,11 +111,8 @@ class StudySpec:
     metrics: tuple = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        require(
-            isinstance(self.name, str) and self.name.strip() == self.name and self.name != "",
-            "StudySpec.name",
-            f"must be a non-empty string without surrounding spaces, got {self.name!r}",
-        )
+        problem = name_problem(self.name)
+        require(problem is None, "StudySpec.name", f"{problem}, got {self.name!r}")
         require(
             isinstance(self.dataset, str) and self.dataset.strip() != "",
             "StudySpec.dataset",
@@ -269,7 +267,7 @@ def load_study_file(path: str | Path) -> StudySpec:
     sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in a study file must not end `tlsearch` silently
         del sys.modules[module_name]
         raise StudyFileError(
             f"study file {str(path)!r} failed to import: {_where(exc, resolved)}{type(exc).__name__}: {exc}"
