@@ -19,6 +19,7 @@ from tlsearch import driver
 from tlsearch.dispatcher import GRID_EXHAUSTED, STUDY_STOPPED
 from tlsearch.stores import Stores
 from tlsearch.study import load_study_file
+from tlsearch.trials_table import trials_frame
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -176,6 +177,8 @@ def test_samplers_run_through_the_workers(tmp_path, client, sampler, relative_ke
         assert any(any(key.startswith(relative_key) for key in t.system_attrs) for t in trials), (
             "the relative sampler never sampled a trial"
         )
+        columns = list(trials_frame(result.study))
+        assert not [c for c in columns if c.startswith("system_attrs_")], "a sampler's bookkeeping is not a result"
     if "PartialFixed" in sampler:
         assert {t.params["y"] for t in trials} == {1.0}
 

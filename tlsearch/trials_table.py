@@ -105,7 +105,8 @@ def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = No
     """`study.trials_dataframe()` led by scikit-learn's cv_results_ columns, in this order: number,
     rank_test_score, mean/std_test_score, mean/std_fit_time, mean/std_score_time, split{k}_test_score,
     n_folds_run, value(s) (`value_{metric}` once the study names its metric), state, datetime_start, datetime_complete, duration, params_* (sorted), the
-    remaining user_attrs_* / system_attrs_*, prune_reason (one line: why a pruned trial was stopped), error. The columns depend only on the study, not on `states` or
+    remaining user_attrs_* and the retry columns system_attrs_failed_trial / _retry_history (a column no trial
+    fills, and the samplers' own system attributes, are left out), prune_reason (one line: why a pruned trial was stopped), error. The columns depend only on the study, not on `states` or
     on which trial has which parameter.
     Ranks count complete trials only (1 = best; ties share the best rank). A pruned trial has NaN for the
     folds it did not run and for its standard deviations (they cover only the folds run)."""
@@ -114,6 +115,7 @@ def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = No
     every = study.get_trials(deepcopy=False)
     trials = [t for t in every if states is None or t.state in states]
     frame = study.trials_dataframe(multi_index=False) if every else pd.DataFrame({"number": []})
+    frame = frame.drop(columns=[c for c in frame if _is_bookkeeping(c) or (_is_attr(c) and frame[c].isna().all())])
     frame = frame[frame["number"].isin([t.number for t in trials])].reset_index(drop=True)
     by_number = {t.number: t for t in trials}
     n_folds = max((len(fold_scores(t)) for t in every), default=0)  # the same columns whatever `states`
@@ -133,6 +135,19 @@ def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = No
     rest = sorted(c for c in frame if c not in {*first, *values, *times, *params, *_WHY})
     order = [*first, *values, *times, *params, *rest, *(c for c in _WHY if c in frame)]
     return frame[order]
+
+
+# The system attributes a user reads: a retried trial's first attempt and its attempts. The others are samplers'
+# bookkeeping (TPE's relative params, a grid's id and space, CMA-ES and NSGA-II state), not results.
+_SHOWN_SYSTEM_ATTRS = ("system_attrs_failed_trial", "system_attrs_retry_history")
+
+
+def _is_bookkeeping(column: str) -> bool:
+    return column.startswith("system_attrs_") and column not in _SHOWN_SYSTEM_ATTRS
+
+
+def _is_attr(column: str) -> bool:
+    return column.startswith(("user_attrs_", "system_attrs_"))
 
 
 def _cv_columns(trial: FrozenTrial, n_folds: int) -> list:
