@@ -13,8 +13,14 @@ really are in flight together) for `--trials` trials and `--seeds` seeds. Rows:
 Regret is the best value a search found (the optimum is 0); the table shows the median over seeds and the
 ratios the targets are stated in (tlsearch TPE / optuna TPE <= 1.2, tlsearch TPE / random <= 0.3).
 
+`--study mlp` searches studies/digits_mlp.py instead (its space and model, `--epochs` epochs, 3-fold CV, no
+pruning), for tlsearch TPE, tlsearch random and plain Optuna TPE in one process with one trial at a time
+(Keras keeps global state per process, so threads cannot train two models at once): regret there is the
+best CV accuracy any search of that seed found minus this search's best.
+
     python bench/sampler_quality.py                          # widths 2 and 8, 7 seeds, 50 trials
     python bench/sampler_quality.py --widths 8,32 --trials 100 --seeds 7
+    python bench/sampler_quality.py --study mlp --widths 2 --trials 30 --epochs 4 --seeds 7
 """
 
 from __future__ import annotations
@@ -57,6 +63,19 @@ spec = tlsearch.StudySpec(
     fold_parallel=False, sampler={sampler})
 """
 
+MLP_STUDY_FILE = """
+import dataclasses, runpy
+import optuna
+import tlsearch
+
+base = runpy.run_path({path!r})["spec"]
+spec = tlsearch.StudySpec(
+    name="mlp", dataset=base.dataset, space=base.space, model=dataclasses.replace(base.model, epochs={epochs}),
+    cv=3, metric="accuracy", n_trials={trials}, seed={seed}, pruner=optuna.pruners.NopPruner(),
+    fold_parallel=False, sampler={sampler})
+"""
+ROOT = Path(__file__).resolve().parent.parent
+
 SAMPLERS = {
     "tlsearch TPE": "None",
     "tlsearch TPE no liar": "lambda seed: optuna.samplers.TPESampler(seed=seed, constant_liar=False)",
@@ -65,13 +84,33 @@ SAMPLERS = {
 }
 
 
-def tlsearch_regret(client, folder: Path, sampler: str, seed: int, trials: int, sleep: float) -> float:
-    path = folder / f"study_{abs(hash((sampler, seed))) % 10**8}.py"
-    path.write_text(STUDY_FILE.format(center=CENTER, sleep=sleep, trials=trials, seed=seed, sampler=sampler))
-    result = driver.drive(
-        load_study_file(path), stores=Stores(home=path.with_suffix("")), client=client, progress="off"
+def tlsearch_best(client, folder: Path, template: str, sampler: str, seed: int, **fields) -> float:
+    """The best value of one search through the dispatcher and the workers."""
+    path = folder / f"study_{abs(hash((template, sampler, seed))) % 10**8}.py"
+    path.write_text(template.format(sampler=sampler, seed=seed, **fields))
+    stores = Stores(home=path.with_suffix(""))
+    return driver.drive(load_study_file(path), stores=stores, client=client, progress="off").study.best_value
+
+
+def mlp_in_process_best(seed: int, trials: int, epochs: int, folder: Path) -> float:
+    """Plain Optuna TPE in this process, one trial at a time, on the same study through tlsearch.cv.evaluate."""
+    from sklearn.datasets import load_digits
+
+    from tlsearch import cv
+
+    path = folder / "mlp_in_process.py"
+    path.write_text(
+        MLP_STUDY_FILE.format(
+            path=str(ROOT / "studies" / "digits_mlp.py"), epochs=epochs, trials=trials, seed=seed, sampler="None"
+        )
     )
-    return result.study.best_value
+    spec = load_study_file(path)
+    X, y = load_digits(return_X_y=True)
+    arrays = {"X": X.astype("float32"), "y": y}
+    folds = list(spec.cv.split(X, y))
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+    study.optimize(lambda trial: cv.evaluate(trial, spec, arrays, folds), n_trials=trials)
+    return study.best_value
 
 
 def optuna_regret(width: int, seed: int, trials: int, sleep: float) -> float:
@@ -87,15 +126,12 @@ def optuna_regret(width: int, seed: int, trials: int, sleep: float) -> float:
 
 def measure(width: int, seeds: int, trials: int, sleep: float) -> dict[str, list[float]]:
     regrets: dict[str, list[float]] = {name: [] for name in [*SAMPLERS, "optuna TPE"]}
-    n_workers = min(width, 4)
-    cluster = distributed.LocalCluster(
-        n_workers=n_workers, threads_per_worker=width // n_workers, dashboard_address=None
-    )
-    with cluster, distributed.Client(cluster) as client, tempfile.TemporaryDirectory() as folder:
+    with _client(width) as client, tempfile.TemporaryDirectory() as folder:
         for seed in range(seeds):
             for name, sampler in SAMPLERS.items():
                 sampler = sampler.format(startup=max(10, 2 * width))
-                regrets[name].append(tlsearch_regret(client, Path(folder), sampler, seed, trials, sleep))
+                fields = {"center": CENTER, "sleep": sleep, "trials": trials}
+                regrets[name].append(tlsearch_best(client, Path(folder), STUDY_FILE, sampler, seed, **fields))
             regrets["optuna TPE"].append(optuna_regret(width, seed, trials, sleep))
             print(
                 f"  width {width}, seed {seed}: " + ", ".join(f"{k} {v[-1]:.3f}" for k, v in regrets.items()),
@@ -104,24 +140,61 @@ def measure(width: int, seeds: int, trials: int, sleep: float) -> dict[str, list
     return regrets
 
 
+def measure_mlp(width: int, seeds: int, trials: int, epochs: int) -> dict[str, list[float]]:
+    names = {"tlsearch TPE": SAMPLERS["tlsearch TPE"], "tlsearch random": SAMPLERS["tlsearch random"]}
+    regrets: dict[str, list[float]] = {name: [] for name in [*names, "optuna TPE"]}
+    fields = {"path": str(ROOT / "studies" / "digits_mlp.py"), "epochs": epochs, "trials": trials}
+    with _client(width) as client, tempfile.TemporaryDirectory() as folder:
+        for seed in range(seeds):
+            best = {
+                name: tlsearch_best(client, Path(folder), MLP_STUDY_FILE, sampler, seed, **fields)
+                for name, sampler in names.items()
+            }
+            best["optuna TPE"] = mlp_in_process_best(seed, trials, epochs, Path(folder))
+            for name, value in best.items():
+                regrets[name].append(max(best.values()) - value)
+            print(
+                f"  width {width}, seed {seed}: " + ", ".join(f"{k} {v:.4f}" for k, v in best.items()), file=sys.stderr
+            )
+    return regrets
+
+
+def _client(width: int) -> distributed.Client:
+    n_workers = min(width, 4)
+    cluster = distributed.LocalCluster(
+        n_workers=n_workers, threads_per_worker=width // n_workers, dashboard_address=None
+    )
+    return distributed.Client(cluster)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--widths", default="2,8", help="trials in flight (Dask worker threads), comma-separated")
     parser.add_argument("--seeds", type=int, default=7)
     parser.add_argument("--trials", type=int, default=50)
     parser.add_argument("--sleep", type=float, default=0.05, help="seconds each trial's fold sleeps")
+    parser.add_argument("--study", choices=("quadratic", "mlp"), default="quadratic")
+    parser.add_argument("--epochs", type=int, default=4, help="epochs per fold (--study mlp)")
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    print(f"4-D quadratic, {args.trials} trials, {args.seeds} seeds; median regret (best value found; optimum 0)")
+    what = "4-D quadratic, optimum 0" if args.study == "quadratic" else "digits MLP, regret in CV accuracy"
+    print(f"{what}; {args.trials} trials, {args.seeds} seeds; median regret")
     print(f"{'width':>5}  {'sampler':<22} {'median':>8}  {'/ optuna TPE':>12}  {'/ random':>8}")
     for width in [int(w) for w in args.widths.split(",")]:
-        regrets = measure(width, args.seeds, args.trials, args.sleep)
+        if args.study == "mlp":
+            regrets = measure_mlp(width, args.seeds, args.trials, args.epochs)
+        else:
+            regrets = measure(width, args.seeds, args.trials, args.sleep)
         medians = {name: statistics.median(values) for name, values in regrets.items()}
         for name, median in medians.items():
             print(
-                f"{width:>5}  {name:<22} {median:>8.3f}  {median / medians['optuna TPE']:>12.2f}"
-                f"  {median / medians['tlsearch random']:>8.2f}"
+                f"{width:>5}  {name:<22} {median:>8.4f}  {_ratio(median, medians['optuna TPE']):>12}"
+                f"  {_ratio(median, medians['tlsearch random']):>8}"
             )
+
+
+def _ratio(value: float, reference: float) -> str:
+    return f"{value / reference:.2f}" if reference else "-"
 
 
 if __name__ == "__main__":
