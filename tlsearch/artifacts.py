@@ -19,11 +19,11 @@ from optuna.artifacts import FileSystemArtifactStore
 from optuna.artifacts.exceptions import ArtifactNotFound
 
 from tlsearch._renamed import renamed_keywords
+from tlsearch.config import database_name
 from tlsearch.mongo import (
     UPLOADING,
     GridFSDamagedError,
     connect,
-    database_name,
     read_gridfs_chunks,
     write_gridfs_file,
 )

@@ -25,6 +25,7 @@ import os
 import re
 import time
 import tomllib
+import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -198,3 +199,24 @@ def scheduler_address(path: str | os.PathLike, wait: float = 60.0) -> str:
     if not isinstance(address, str) or "://" not in address:
         raise TLSearchError(f"scheduler file {path} names no scheduler address (its 'address' is {address!r})")
     return address
+
+
+# The database a URI names: the path after the hosts (pymongo's "default database"), before any options.
+_URI_DATABASE = re.compile(r"^mongodb(?:\+srv)?://(?:[^@]*@)?[^/?#]*/([^?#]*)")
+
+
+def database_name(uri_or_client: object, database: str | None) -> str:
+    """The database a store opens: `database` when given, else the one the URI names
+    (``mongodb://host/mydb``: "mydb", as pymongo's `get_default_database`), else "tlsearch".
+
+    Raises TLSearchError when `database` and the URI name different databases."""
+    named = None
+    if isinstance(uri_or_client, str):
+        match = _URI_DATABASE.match(uri_or_client)
+        named = urllib.parse.unquote(match.group(1)) if match and match.group(1) else None
+    if database is not None and named is not None and database != named:
+        raise TLSearchError(
+            f"the MongoDB URI names database {named!r} but database {database!r} was given: "
+            "give one of them, or the same name in both"
+        )
+    return database or named or DEFAULT_DATABASE

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -18,7 +17,6 @@ from bson import Binary, ObjectId
 from pymongo.collection import Collection
 from pymongo.errors import AutoReconnect, ConfigurationError, CursorNotFound, OperationFailure, PyMongoError
 
-from tlsearch.config import DEFAULT_DATABASE
 from tlsearch.errors import TLSearchError
 
 _logger = logging.getLogger(__name__)
@@ -269,24 +267,3 @@ def _rechunk(pieces: Iterable[bytes | memoryview], size: int) -> Iterator[bytes]
                 buffer = bytearray()
     if buffer:
         yield bytes(buffer)
-
-
-# The database a URI names: the path after the hosts (pymongo's "default database"), before any options.
-_URI_DATABASE = re.compile(r"^mongodb(?:\+srv)?://(?:[^@]*@)?[^/?#]*/([^?#]*)")
-
-
-def database_name(uri_or_client: str | pymongo.MongoClient | None, database: str | None) -> str:
-    """The database a store opens: `database` when given, else the one the URI names
-    (``mongodb://host/mydb``: "mydb", as pymongo's `get_default_database`), else "tlsearch".
-
-    Raises TLSearchError when `database` and the URI name different databases."""
-    named = None
-    if isinstance(uri_or_client, str):
-        match = _URI_DATABASE.match(uri_or_client)
-        named = urllib.parse.unquote(match.group(1)) if match and match.group(1) else None
-    if database is not None and named is not None and database != named:
-        raise TLSearchError(
-            f"the MongoDB URI names database {named!r} but database {database!r} was given: "
-            "give one of them, or the same name in both"
-        )
-    return database or named or DEFAULT_DATABASE

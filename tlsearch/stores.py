@@ -13,9 +13,9 @@ from pathlib import Path
 
 import optuna
 
-from tlsearch.config import Settings, journal_path
+from tlsearch.config import Settings, database_name, journal_path
 from tlsearch.errors import TLSearchError
-from tlsearch.mongo import database_name, mask_uri
+from tlsearch.mongo import mask_uri
 
 # A study name is a key in the study store's unique index and part of local file names (reports, models).
 STUDY_NAME_MAX = 200

@@ -19,7 +19,8 @@ from bson.codec_options import CodecOptions
 from pymongo import IndexModel
 from pymongo.errors import DuplicateKeyError
 
-from tlsearch.mongo import MongoUnavailableError, connect, database_name, mask_uri, ping, retrying
+from tlsearch.config import database_name
+from tlsearch.mongo import MongoUnavailableError, connect, mask_uri, ping, retrying
 
 STUDIES = "studies"
 TRIALS = "trials"
