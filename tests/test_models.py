@@ -474,3 +474,46 @@ def test_a_fold_trained_in_a_dask_worker_scores_as_in_a_plain_process_while_anot
         with distributed.Client(local) as client, drawing_from_the_global_stream():
             in_worker = [client.submit(fold_score, pure=False).result() for _ in range(4)]
     assert in_worker == [plain] * 4
+
+
+def keras_spec(metric, **options):
+    return StudySpec(
+        name="d", dataset="sklearn:digits", space={}, model=KerasModel(build_mlp), metric=metric, **options
+    )
+
+
+@pytest.mark.parametrize(
+    "metric",
+    ["categorical_hinge", "dice", "tversky", "ctc", "perplexity", "binary_focal_crossentropy", "kl_divergence",
+     "root_mean_squared_error", "log_cosh", "poisson", "false_negatives", "val_loss"],
+)  # fmt: skip
+def test_a_lower_is_better_keras_metric_is_minimised_by_default(metric):
+    assert keras_spec(metric).directions == ("minimize",)
+
+
+@pytest.mark.parametrize(
+    "metric", ["accuracy", "top_k_categorical_accuracy", "auc", "mean_iou", "f1_score", "r2_score", "cosine_similarity"]
+)
+def test_a_higher_is_better_keras_metric_is_maximised_by_default(metric):
+    assert keras_spec(metric).directions == ("maximize",)
+
+
+def test_every_name_keras_registers_as_a_loss_is_minimised_by_default():
+    from keras.src import losses
+
+    names = {name for name in losses.ALL_OBJECTS_DICT if name.islower()} - {"cosine_similarity"}  # see MINIMIZED
+    assert len(names) > 20
+    assert {name: keras_spec(name).direction for name in names} == dict.fromkeys(names, "minimize")
+
+
+def test_a_keras_metric_of_unknown_direction_asks_for_one():
+    from tlsearch.spec_checks import StudySpecError
+
+    with pytest.raises(StudySpecError, match=r"^StudySpec.direction .*'my_score'.* direction='maximize'") as error:
+        keras_spec("my_score")
+    assert "\n" not in str(error.value)
+    assert keras_spec("my_score", direction="maximize").directions == ("maximize",)
+    assert keras_spec(["accuracy", "my_score"], directions=["maximize", "minimize"]).directions == (
+        "maximize",
+        "minimize",
+    )
