@@ -517,3 +517,62 @@ def test_a_keras_metric_of_unknown_direction_asks_for_one():
         "maximize",
         "minimize",
     )
+
+
+def test_a_kept_model_stands_in_only_for_a_trial_whose_compiled_loss_and_metric_are_its_own(digits):
+    """A loss and a metric whose parameter is not in their get_config(): a later trial on the worker with other
+    values trains and scores with its own objects, as a fresh model would; with the same values it still reuses."""
+    import keras
+
+    class FocalLoss(keras.losses.Loss):
+        def __init__(self, gamma, name="focal_loss", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.gamma = gamma
+
+        def call(self, y_true, y_pred):
+            crossentropy = keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
+            return crossentropy * (1 - keras.ops.exp(-crossentropy)) ** self.gamma
+
+    class ScaledCrossentropy(keras.metrics.Mean):
+        def __init__(self, scale, name="scaled_crossentropy_metric", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.scale = scale
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            values = keras.losses.sparse_categorical_crossentropy(y_true, y_pred) * self.scale
+            return super().update_state(values, sample_weight=sample_weight)
+
+    built = []
+
+    def build(params, input_shape, n_classes):
+        model = make_mlp(SMALL_MLP["mlp"], input_shape, n_classes, rescale=1 / 16)
+        model.compile(optimizer="adam", loss=FocalLoss(params["gamma"]), metrics=[ScaledCrossentropy(params["scale"])])
+        built.append(model)
+        return model
+
+    def trial(gamma, scale, fresh=False):
+        """(fold scores, how many of the models built for the trial were trained)."""
+        if fresh:
+            _keras_reuse.kept_model.clear()  # nothing an earlier trial traced
+        spec = StudySpec(
+            name="reuse-objects",  # one name: the same fold seeds for every trial here
+            dataset="sklearn:digits",
+            space={"gamma": gamma, "scale": scale},
+            cv=2,
+            metric="scaled_crossentropy_metric",
+            direction="minimize",
+            model=KerasModel(build, epochs=2, batch_size=64),
+        )
+        first = len(built)
+        attrs = run(spec, digits).user_attrs
+        trained = sum(int(model.optimizer.iterations.numpy()) > 0 for model in built[first:])
+        return [attrs[f"split{k}_test_score"] for k in range(2)], trained
+
+    trial(2.0, 1.0, fresh=True)
+    other_gamma, trained_for_gamma = trial(0.0, 1.0)
+    assert other_gamma == pytest.approx(trial(0.0, 1.0, fresh=True)[0], abs=1e-6), "trained with gamma 2"
+    other_scale, trained_for_scale = trial(0.0, 3.0)
+    assert other_scale == pytest.approx(trial(0.0, 3.0, fresh=True)[0], abs=1e-6), "scored with scale 1"
+    assert other_scale == pytest.approx([3 * score for score in other_gamma], rel=1e-4)
+    assert (trained_for_gamma, trained_for_scale) == (1, 1)  # a model of their own, reused by their second fold
+    assert trial(0.0, 3.0)[1] == 0, "the same loss and metric: the kept model stands in"
