@@ -7,15 +7,14 @@ Optuna's latest release as well as the pinned one.
 
 from __future__ import annotations
 
-import copy
+import random
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optuna
 
-# The lazily created random state of Optuna's samplers, to seed a copy of a sampler the user built. Samplers
-# tlsearch builds itself come from a factory and a seed instead (`StudySpec.sampler_factory`). If it moves:
-# `sampler.reseed_rng()` (public, fresh entropy: the per-trial draws are then not reproducible).
+# The lazily created random state of Optuna's samplers, to seed each trial's copy of the study's sampler. If it
+# moves: `sampler.reseed_rng()` (public, fresh entropy: the per-trial draws are then not reproducible).
 from optuna.samplers._lazy_random_state import LazyRandomState
 
 # A storage implementation needs these: the prefix of generated study names (`optuna.storages._base`; if it moves:
@@ -35,6 +34,8 @@ from optuna.storages.journal._file import BaseJournalFileLock, get_lock_file
 # If it moves: drop the batching and write through `storage.set_trial_user_attr` one at a time.
 from optuna.storages.journal._storage import JournalOperation
 from optuna.study._frozen import FrozenStudy
+
+from tlsearch import _pickling
 
 if TYPE_CHECKING:  # the artifact store protocol, for annotations only (no public path)
     pass
@@ -138,27 +139,33 @@ def replay_journal(storage: optuna.storages.JournalStorage) -> None:
 
 def seeded_copy(sampler: optuna.samplers.BaseSampler, seed: int | None) -> optuna.samplers.BaseSampler:
     """A copy of `sampler` whose random states are seeded with `seed` (fresh entropy when None): every worker
-    receives the same sampler object, and seeded copies on concurrent workers would draw identical parameters.
+    receives the same sampler object, and unseeded copies on concurrent workers would draw identical parameters.
     Optuna has no public way to seed an existing sampler (`reseed_rng()` takes no seed); the random states are
-    found among its attributes (`LazyRandomState`, NumPy's), its inner samplers seeded with `seed + 1`."""
-    sampler = copy.deepcopy(sampler)
-    if seed is None:
+    found among its attributes (`LazyRandomState`, NumPy's, Python's), its inner samplers seeded with `seed + 1`.
+    A sampler with none of those gets `reseed_rng()`: its draws differ per trial but are not reproducible."""
+    sampler = _pickling.copy(sampler)  # not copy.deepcopy: some samplers hold a lock
+    if seed is None or not _reseed(sampler, seed, seen=set()):
         sampler.reseed_rng()
-    else:
-        _reseed(sampler, seed, seen=set())
     return sampler
 
 
-def _reseed(obj, seed: int, seen: set[int]) -> None:
+def _reseed(obj, seed: int, seen: set[int]) -> bool:
+    """Seed every random state found in `obj`'s attributes; whether there was one."""
     if id(obj) in seen or not hasattr(obj, "__dict__"):
-        return
+        return False
     seen.add(id(obj))
+    found = False
     for name, value in vars(obj).items():
         if isinstance(value, LazyRandomState):
             value.rng.seed(seed)
-        elif isinstance(value, np.random.RandomState):
+        elif isinstance(value, (np.random.RandomState, random.Random)):
             value.seed(seed)
         elif isinstance(value, np.random.Generator):
             setattr(obj, name, np.random.default_rng(seed))
         elif isinstance(value, optuna.samplers.BaseSampler):
-            _reseed(value, seed + 1, seen)
+            found |= _reseed(value, seed + 1, seen)
+            continue
+        else:
+            continue
+        found = True
+    return found

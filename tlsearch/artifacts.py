@@ -19,8 +19,14 @@ from optuna.artifacts import FileSystemArtifactStore
 from optuna.artifacts.exceptions import ArtifactNotFound
 
 from tlsearch._renamed import renamed_keywords
-from tlsearch.config import DEFAULT_DATABASE
-from tlsearch.mongo import UPLOADING, GridFSDamagedError, connect, read_gridfs_chunks, write_gridfs_file
+from tlsearch.mongo import (
+    UPLOADING,
+    GridFSDamagedError,
+    connect,
+    database_name,
+    read_gridfs_chunks,
+    write_gridfs_file,
+)
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
@@ -51,7 +57,7 @@ class MongoArtifactStore:
     def __init__(
         self,
         uri_or_client: str | pymongo.MongoClient,
-        database: str = DEFAULT_DATABASE,
+        database: str | None = None,
         *,
         bucket: str = "artifacts",
         chunk_size_bytes: int = 1024 * 1024,
@@ -62,7 +68,7 @@ class MongoArtifactStore:
             raise ValueError(f"chunk_size_bytes must be positive, got {chunk_size_bytes}")
         self._uri = uri_or_client if isinstance(uri_or_client, str) else None
         self._client = uri_or_client if isinstance(uri_or_client, pymongo.MongoClient) else None
-        self._database_name = database
+        self._database_name = database_name(uri_or_client, database)
         self._bucket_name = bucket
         self._chunk_size = chunk_size_bytes
         self._connect_lock = threading.Lock()
@@ -242,7 +248,7 @@ def _check_artifact_id(artifact_id: str) -> None:
 
 
 @renamed_keywords(mongo_uri="mongo", root="home")
-def open_artifact_store(mongo: str | None, *, database: str = DEFAULT_DATABASE, home: str | Path) -> ArtifactStore:
+def open_artifact_store(mongo: str | None, *, database: str | None = None, home: str | Path) -> ArtifactStore:
     """The artifact store next to the study store: GridFS when the URI `mongo` is given, else
     `home / "artifacts"`. `mongo_uri=` and `root=` are the deprecated names of `mongo=` and `home=`."""
     if mongo:

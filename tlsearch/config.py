@@ -64,7 +64,7 @@ class Settings:
     Build it with `Settings.resolve(...)`; the constructor takes the values as they are."""
 
     mongo: str | None = None
-    database: str = DEFAULT_DATABASE
+    database: str | None = None  # None: the database the URI names, else DEFAULT_DATABASE
     home: Path = dataclasses.field(default_factory=lambda: Path(".tlsearch").absolute())
     cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
     scheduler: str | None = None
@@ -153,7 +153,10 @@ def _checked(name: str, value: Any, where: str) -> Any:
         raise TLSearchError(f"{where}: {name} must be a string, not {value!r}")
     problem = _PROBLEMS.get(name, lambda _: None)(value)
     if problem:
-        raise TLSearchError(f"{where}: {name} {value!r} {problem}")
+        from tlsearch.mongo import mask_uri  # pymongo only when a URI is shown
+
+        shown = mask_uri(value) if name == "mongo" else value
+        raise TLSearchError(f"{where}: {name} {shown!r} {problem}")
     if name in ("home", "cache_dir", "scheduler_file"):
         return Path(value).expanduser().absolute()
     return value

@@ -55,6 +55,8 @@ TIMEOUT_REACHED = "timeout reached"
 CONSECUTIVE_FAILURES = "too many trials failed in a row"
 NO_COMPLETE_TRIAL = "no trial completed"
 STOP_REQUESTED = "stopped by `tlsearch stop`"
+GRID_EXHAUSTED = "grid exhausted"  # a GridSampler or BruteForceSampler called study.stop(): every point was run
+STUDY_STOPPED = "stopped by study.stop()"  # from another sampler or an Optuna callback
 INTERRUPTED = "interrupted (Ctrl-C)"
 TERMINATED = "terminated (SIGTERM)"
 EXIT_CODES = {
@@ -64,6 +66,8 @@ EXIT_CODES = {
     CONSECUTIVE_FAILURES: 3,
     NO_COMPLETE_TRIAL: 4,
     STOP_REQUESTED: 5,
+    GRID_EXHAUSTED: 0,
+    STUDY_STOPPED: 0,
     INTERRUPTED: 128 + signal.SIGINT,
     TERMINATED: 128 + signal.SIGTERM,
 }
@@ -83,7 +87,6 @@ class Dispatcher:
         )
         self.running: dict[distributed.Future, tuple[int, int]] = {}  # task -> (trial_id, number)
         self.trials: dict[int, optuna.Trial] = {}  # trial_id -> the trial `ask` returned, to tell it
-        self._study_id = compat.study_id(study)
         self.split_trials: dict[int, fold_tasks.SplitTrial] = {}  # trial_id -> its tasks, if it runs as several
         self._n_folds: int | None = None
         self.resources = cluster.trial_resources(client)
@@ -121,6 +124,7 @@ class Dispatcher:
         heartbeat = threading.Thread(target=self._heartbeat, name="tlsearch-heartbeat", daemon=True)
         heartbeat.start()
         started = next_stale_check = time.monotonic()
+        self.study.stop = self._stopped_by_study  # Optuna allows study.stop() only inside Study.optimize
         try:
             while self.interrupts.count < 2:
                 if not self.stopping:
@@ -140,6 +144,7 @@ class Dispatcher:
                 del done
                 self.progress.update(self._trials_in_flight())
         finally:
+            del self.study.stop
             self._heartbeat_stop.set()
             if self.running:
                 self._abandon_running(
@@ -236,6 +241,13 @@ class Dispatcher:
         self._next_stop_check = now + STOP_CHECK_INTERVAL
         return bool(study_attrs.read(self.study).get(study_attrs.STOP))
 
+    def _stopped_by_study(self) -> None:
+        """`study.stop()`, called by the sampler's `after_trial` (a grid is covered) or an Optuna callback as
+        the driver tells a trial: like `tlsearch stop`, the running trials finish and no more start."""
+        if not self.stopping:
+            grid = isinstance(self.study.sampler, (optuna.samplers.GridSampler, optuna.samplers.BruteForceSampler))
+            self._stop(GRID_EXHAUSTED if grid else STUDY_STOPPED, "finishing running trials")
+
     def _stop(self, reason: str, detail: str) -> None:
         self.stop_reason = reason
         self.progress.note(f"stopping: {reason}; {detail}")
@@ -254,7 +266,6 @@ class Dispatcher:
             self.dataset_hash,
             self.fold_plan_hash,
             derive_seed(self.spec.seed, self.study.study_name, trial.number, "sampler"),
-            study_id=self._study_id,
         )
         fixed, shares = self._fold_shares(job)
         key = f"trial-{self.study.study_name}-{trial.number}-{trial_id}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ from bson import Binary, ObjectId
 from pymongo.collection import Collection
 from pymongo.errors import AutoReconnect, ConfigurationError, CursorNotFound, OperationFailure, PyMongoError
 
+from tlsearch.config import DEFAULT_DATABASE
 from tlsearch.errors import TLSearchError
 
 _logger = logging.getLogger(__name__)
@@ -28,7 +30,11 @@ RETRY_WINDOW_S = 30.0  # how long an operation keeps retrying while the connecti
 # Server errors that mean "try again" (shutting down, stepping down, not yet primary).
 _TRANSIENT_CODES = frozenset({6, 7, 89, 91, 189, 9001, 10107, 11600, 11602, 13435, 13436})
 
-_USERINFO = re.compile(r"^(mongodb(?:\+srv)?://)([^@/?#]*)@")
+# Everything between the scheme and the last "@" is user-info, whatever it holds ("/", "#", "?", "@", spaces):
+# masking a little too much (an "@" in an option) is safe, showing a password is not.
+_SCHEME = re.compile(r"^(\s*[A-Za-z][A-Za-z0-9+.-]*://)")
+_URI_IN_TEXT = re.compile(r"(mongodb(?:\+srv)?://)\S*@")
+_DELIMITERS = re.compile(r"[/?#@: ]+")
 # Options whose values are secrets: any *password*, *secret* or *token* option, and authMechanismProperties
 # (it can carry an AWS session token).
 _SECRET_OPTIONS = re.compile(r"(?i)((?:password|secret|token|authMechanismProperties)[^=&]*=)[^&#]*")
@@ -48,20 +54,47 @@ class GridFSDamagedError(ValueError):
 
 
 def mask_uri(uri: str) -> str:
-    """`uri` with its credentials (user:password@ and secret options) replaced by ***."""
-    masked = _USERINFO.sub(r"\1***@", uri)
+    """`uri` with its credentials (user-info before the last `@`, and secret options) replaced by ***, whether
+    or not it parses as a URI."""
+    match = _SCHEME.match(uri)
+    scheme, rest = (match.group(1), uri[match.end() :]) if match else ("", uri)
+    at = rest.rfind("@")
+    masked = scheme + ("***" + rest[at:] if at >= 0 else rest)
     return _SECRET_OPTIONS.sub(r"\1***", masked)
 
 
+def mask_uris(text: str) -> str:
+    """`text` (a log line, an error, a traceback) with the user-info of every MongoDB URI in it masked; a URI
+    whose password holds spaces is masked whole only by `scrub`, which knows it."""
+    return _SECRET_OPTIONS.sub(r"\1***", _URI_IN_TEXT.sub(r"\1***@", text))
+
+
 def scrub(text: str, uri: str) -> str:
-    """`text` (e.g. an error message) with any credentials from `uri` masked."""
-    text = text.replace(uri, mask_uri(uri))
-    match = _USERINFO.match(uri)
-    if match and match.group(2):
-        for secret in {match.group(2), *match.group(2).split(":")}:
-            if len(secret) >= 3:
-                text = text.replace(secret, "***")
+    """`text` (e.g. an error message) with any credentials from `uri` masked: the URI itself, its user-info,
+    user name and password (as written and percent-decoded), and every piece of them a parser may have split."""
+    text = mask_uris(text.replace(uri, mask_uri(uri)))
+    for secret in sorted(_secrets(uri), key=len, reverse=True):
+        text = text.replace(secret, "***")
     return text
+
+
+def _secrets(uri: str) -> set[str]:
+    from urllib.parse import unquote_plus
+
+    match = _SCHEME.match(uri)
+    rest = uri[match.end() :] if match else uri
+    userinfo = rest[: rest.rfind("@")] if "@" in rest else ""
+    pieces = {userinfo, *userinfo.split(":", 1), *_DELIMITERS.split(userinfo)}
+    decoded = {unquote_plus(piece) for piece in pieces}
+    pieces |= decoded | {part for piece in decoded for part in _DELIMITERS.split(piece)}
+    return {piece for piece in pieces if len(piece) >= 3}
+
+
+def _unescaped_userinfo(uri: str) -> bool:
+    """Whether the user-info of `uri` holds characters a URI parser splits at (they must be percent-encoded)."""
+    match = _SCHEME.match(uri)
+    rest = uri[match.end() :] if match else uri
+    return "@" in rest and bool(re.search(r"[/?@]", rest[: rest.rfind("@")]))
 
 
 def connect(uri: str, **options) -> pymongo.MongoClient:
@@ -74,6 +107,11 @@ def connect(uri: str, **options) -> pymongo.MongoClient:
         for option in ("serverSelectionTimeoutMS", "connectTimeoutMS")
         if f"{option.lower()}=" not in uri.lower()
     }
+    if _unescaped_userinfo(uri):
+        raise ValueError(
+            f"invalid MongoDB URI {mask_uri(uri)}: its user name or password holds '/', '?' or '@'; "
+            "percent-encode them (urllib.parse.quote_plus)"
+        )
     try:
         client = pymongo.MongoClient(uri, **timeouts, **options)
     except (ConfigurationError, ValueError) as exc:
@@ -231,3 +269,24 @@ def _rechunk(pieces: Iterable[bytes | memoryview], size: int) -> Iterator[bytes]
                 buffer = bytearray()
     if buffer:
         yield bytes(buffer)
+
+
+# The database a URI names: the path after the hosts (pymongo's "default database"), before any options.
+_URI_DATABASE = re.compile(r"^mongodb(?:\+srv)?://(?:[^@]*@)?[^/?#]*/([^?#]*)")
+
+
+def database_name(uri_or_client: str | pymongo.MongoClient | None, database: str | None) -> str:
+    """The database a store opens: `database` when given, else the one the URI names
+    (``mongodb://host/mydb``: "mydb", as pymongo's `get_default_database`), else "tlsearch".
+
+    Raises TLSearchError when `database` and the URI name different databases."""
+    named = None
+    if isinstance(uri_or_client, str):
+        match = _URI_DATABASE.match(uri_or_client)
+        named = urllib.parse.unquote(match.group(1)) if match and match.group(1) else None
+    if database is not None and named is not None and database != named:
+        raise TLSearchError(
+            f"the MongoDB URI names database {named!r} but database {database!r} was given: "
+            "give one of them, or the same name in both"
+        )
+    return database or named or DEFAULT_DATABASE

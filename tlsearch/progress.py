@@ -10,6 +10,8 @@ from collections import Counter
 
 from optuna.trial import TrialState
 
+from tlsearch._text import printable
+
 
 class Progress:
     """Counts of the study's trials by state (complete, pruned, failed: the whole study, not just this run),
@@ -54,6 +56,8 @@ class Progress:
         return self.mode != "off"
 
     def note(self, message: str) -> None:
+        """Show one line (its control characters escaped: it may hold what a trial or the store said)."""
+        message = printable(message, keep_newlines=True)
         if self._bar is not None:
             self._bar.write(message, file=self.stream)
         elif self.mode != "off":
@@ -70,7 +74,7 @@ class Progress:
             self._bar.set_postfix_str(self._counts(), refresh=False)
             self._bar.update(1)
         if self.mode == "log":
-            shown = "" if value is None else f" {value:.6g}"
+            shown = f" {value:.6g}" if _is_number(value) else ""
             suffix = f" ({detail})" if detail else ""
             self.note(f"trial {number} {state.name}{shown}{suffix} | {self._status()}")
         elif self._bar is not None and state == TrialState.FAIL and detail:
@@ -87,7 +91,7 @@ class Progress:
 
     def _counts(self) -> str:
         parts = [f"{self.counts['PRUNED']} pruned", f"{self.counts['FAIL']} failed", f"{self.running} running"]
-        if self.best is not None and math.isfinite(self.best):
+        if _is_number(self.best) and math.isfinite(self.best):
             parts.append(f"best {self.best:.6g}")
         return ", ".join(parts)
 
@@ -100,6 +104,10 @@ class Progress:
         if self.total and finished_here:
             parts.append(f"eta {_duration(elapsed / finished_here * max(self.total - done, 0))}")
         return ", ".join(parts)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _duration(seconds: float) -> str:

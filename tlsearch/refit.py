@@ -22,6 +22,7 @@ import numpy as np
 import optuna
 
 from tlsearch import spaces, study_attrs, study_files
+from tlsearch._files import write_file_with
 from tlsearch.cv import Holdout
 from tlsearch.data import HostCache
 from tlsearch.errors import TLSearchError
@@ -29,6 +30,7 @@ from tlsearch.models import describe_target, import_keras
 from tlsearch.seeds import derive_seed
 from tlsearch.stores import Stores, check_study_name
 from tlsearch.study import load_study_file
+from tlsearch.trials_table import number_attr
 
 ATTR_REFIT = "tlsearch:refit"
 # What a scikit-learn model file may hold beyond skops' own trusted types (estimators, transformers and plain
@@ -122,7 +124,7 @@ def refit(
         dataset_ref=attrs[study_attrs.DATASET_REF],
         dataset_hash=attrs[study_attrs.DATASET_HASH],
         params=trial.params,
-        cv_score=trial.user_attrs.get("mean_test_score"),
+        cv_score=number_attr(trial, "mean_test_score"),
         test_score=test_score,
         classes=_classes(model, spec, y, dataset.info.metadata.get("class_names"), is_keras),
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -294,12 +296,13 @@ def _space_params(spec, trial: optuna.trial.FrozenTrial) -> dict:
 
 
 def _save(model, path: Path, is_keras: bool) -> None:
+    """Save `model` to `path` whole (`tlsearch._files`): a model already there stays until the new one is."""
     if is_keras:
-        model.save(path)
+        write_file_with(path, model.save)
     else:
         import skops.io
 
-        skops.io.dump(model, path)
+        write_file_with(path, lambda tmp: skops.io.dump(model, tmp))
 
 
 def _classes(model, spec, y, class_names: list | None, is_keras: bool) -> list | None:

@@ -21,6 +21,7 @@ import optuna
 from optuna.importance import BaseImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
+from tlsearch._files import write_file
 from tlsearch.errors import TLSearchError
 from tlsearch.pruners import describe as describe_prune_reason
 from tlsearch.report_page import (
@@ -33,7 +34,7 @@ from tlsearch.report_page import (
     render_page,
 )
 from tlsearch.report_png import export_pngs
-from tlsearch.trials_table import fold_scores
+from tlsearch.trials_table import fold_scores, number_attr
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -70,10 +71,7 @@ def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k
         export_pngs(sections, path, [slug for slug, _ in _SECTION_TITLES.values()])
     page = render_page(study, trials, sections)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(page, encoding="utf-8")
-    partial.replace(path)
-    return path
+    return write_file(path, page)
 
 
 # ---------------------------------------------------------------------------------------------- sections
@@ -337,7 +335,7 @@ def _top_trials_section(study: optuna.Study, top: list[FrozenTrial]) -> Section:
     rows = []
     for trial in top:
         scores = fold_scores(trial)
-        mean, std = trial.user_attrs.get("mean_test_score"), trial.user_attrs.get("std_test_score")
+        mean, std = number_attr(trial, "mean_test_score"), number_attr(trial, "std_test_score")
         spread = "—" if mean is None else fmt(mean) + ("" if std is None else f" ± {fmt(std)}")
         params = "<br>".join(f"{html.escape(str(k))} = {html.escape(fmt(v))}" for k, v in trial.params.items())
         cells = [

@@ -11,6 +11,8 @@ from typing import Any
 
 import optuna
 
+from tlsearch._files import write_file_with
+
 _PNG_INCHES, _PNG_DPI = (11, 6), 100
 _PYPLOT_LOCK = threading.Lock()  # pyplot's state is global: one report's PNGs at a time
 
@@ -75,16 +77,12 @@ def _save_png(draw: Callable[[], Any], file: Path) -> Path:
     import numpy as np
 
     opened_before = set(plt.get_fignums())
-    partial = file.with_name(file.name + ".partial")
     try:
         drawn = draw()
         if isinstance(drawn, np.ndarray):  # one Axes per parameter, all on one figure
             drawn = drawn.flat[0]
         figure = getattr(drawn, "figure", drawn)
-        figure.savefig(partial, format="png", dpi=_PNG_DPI, bbox_inches="tight")
-        partial.replace(file)
-        return file
+        return write_file_with(file, lambda tmp: figure.savefig(tmp, format="png", dpi=_PNG_DPI, bbox_inches="tight"))
     finally:
-        partial.unlink(missing_ok=True)
         for number in set(plt.get_fignums()) - opened_before:
             plt.close(number)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import optuna
 
-from tlsearch.config import DEFAULT_DATABASE, Settings, journal_path
+from tlsearch.config import Settings, journal_path
 from tlsearch.errors import TLSearchError
-from tlsearch.mongo import mask_uri
+from tlsearch.mongo import database_name, mask_uri
 
 # A study name is a key in the study store's unique index and part of local file names (reports, models).
 STUDY_NAME_MAX = 200
@@ -35,7 +35,7 @@ class Stores:
     """
 
     mongo: str | None = None
-    database: str = DEFAULT_DATABASE
+    database: str | None = None  # None: the database `mongo` names, else DEFAULT_DATABASE
     home: Path = Path(".tlsearch")
     heartbeat_interval: int = HEARTBEAT_INTERVAL
     grace_period: int = GRACE_PERIOD
@@ -61,7 +61,7 @@ class Stores:
         """A human description, with any credentials masked."""
         if self.is_local:
             return f"local folder {self.home}"
-        return f"MongoDB {mask_uri(self.mongo)} (database {self.database!r})"
+        return f"MongoDB {mask_uri(self.mongo)} (database {database_name(self.mongo, self.database)!r})"
 
     def study_storage(self) -> optuna.storages.BaseStorage:
         return _open_study_storage(self)

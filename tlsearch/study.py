@@ -14,15 +14,15 @@ Defaults (each can be overridden):
   scikit-learn "neg_*" scorers), "maximize" for everything else; a Keras metric's comes from what it is
   (tlsearch.models._keras_metrics), and a Keras name it does not know must be given one. Set it explicitly when
   that guess is wrong.
-- sampler: `optuna.samplers.TPESampler(seed=seed)`; a function `seed -> sampler` gives each trial its own
-  sampler seeded from `seed`, the study and the trial number; pruner: `tlsearch.pruners.KFoldPruner()` (prunes between
+- sampler: `optuna.samplers.TPESampler(seed=seed)`; a function `seed -> sampler` is called once with `seed`.
+  Every trial samples with a copy of the study's sampler whose random state is seeded from `seed`, the study and
+  the trial number (what the sampler built from its seed, e.g. a grid's order, is the study's); pruner: `tlsearch.pruners.KFoldPruner()` (prunes between
   folds), or none for multi-objective studies, which Optuna cannot prune.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
 import hashlib
 import importlib.util
 import logging
@@ -37,6 +37,7 @@ import optuna
 
 from tlsearch import _optuna_compat as compat
 from tlsearch import spaces
+from tlsearch._text import name_problem
 from tlsearch.cv import AutoKFold, Holdout
 from tlsearch.errors import TLSearchError
 from tlsearch.models import CustomLoop, KerasModel, ModelKind, SklearnModel
@@ -111,14 +112,10 @@ class StudySpec:
     fold_parallel: str | bool = "auto"
     callbacks: Sequence[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] = ()
     metrics: tuple = field(init=False, repr=False)
-    sampler_factory: Callable[[int | None], optuna.samplers.BaseSampler] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        require(
-            isinstance(self.name, str) and self.name.strip() == self.name and self.name != "",
-            "StudySpec.name",
-            f"must be a non-empty string without surrounding spaces, got {self.name!r}",
-        )
+        problem = name_problem(self.name)
+        require(problem is None, "StudySpec.name", f"{problem}, got {self.name!r}")
         require(
             isinstance(self.dataset, str) and self.dataset.strip() != "",
             "StudySpec.dataset",
@@ -176,9 +173,10 @@ class StudySpec:
         self.metrics = _resolve_metrics(self.metric, self.model)
         self.directions = _resolve_directions(self.direction, self.directions, self.metrics, self.model)
         self.direction = self.directions[0] if len(self.directions) == 1 else None
-        self.sampler_factory = _sampler_factory(self.sampler)
-        if not isinstance(self.sampler, optuna.samplers.BaseSampler):
-            self.sampler = self.sampler_factory(self.seed)
+        if self.sampler is None:
+            self.sampler = optuna.samplers.TPESampler(seed=self.seed)
+        elif callable(self.sampler) and not isinstance(self.sampler, optuna.samplers.BaseSampler):
+            self.sampler = self.sampler(self.seed)
         require(
             isinstance(self.sampler, optuna.samplers.BaseSampler),
             "StudySpec.sampler",
@@ -223,20 +221,6 @@ class StudySpec:
                     type(error).__name__,
                     error,
                 )
-
-
-def _tpe_sampler(seed: int | None) -> optuna.samplers.TPESampler:
-    return optuna.samplers.TPESampler(seed=seed)
-
-
-def _sampler_factory(sampler) -> Callable[[int | None], optuna.samplers.BaseSampler]:
-    """How each trial gets its own seeded sampler: from the user's function of a seed, or TPE by default;
-    a sampler object is copied and its random state seeded (see `_optuna_compat.seeded_copy`)."""
-    if sampler is None:
-        return _tpe_sampler
-    if callable(sampler) and not isinstance(sampler, optuna.samplers.BaseSampler):
-        return sampler
-    return functools.partial(compat.seeded_copy, sampler)
 
 
 EXAMPLE_PREFIX = "example:"
@@ -286,7 +270,7 @@ def load_study_file(path: str | Path) -> StudySpec:
     sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in a study file must not end `tlsearch` silently
         del sys.modules[module_name]
         raise StudyFileError(
             f"study file {str(path)!r} failed to import: {_where(exc, resolved)}{type(exc).__name__}: {exc}"

@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import uuid
+import stat
 import warnings
 from pathlib import Path
 
 import platformdirs
 
+from tlsearch._files import write_file
 from tlsearch.errors import TLSearchError
 
 
@@ -34,9 +35,7 @@ def remember(stores, name: str, study_file: str | os.PathLike) -> None:
     entry = {"store": stores.describe(), "study": name, "path": str(path), "sha256": _sha256(path)}
     target = _entry_path(stores, name)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
-    tmp.write_text(json.dumps(entry))
-    os.replace(tmp, target)
+    write_file(target, json.dumps(entry), mode=0o600)
 
 
 def copy_record(source, target, name: str, to_name: str) -> None:
@@ -72,9 +71,16 @@ def resolve(stores, name: str, given: str | os.PathLike | None, stored_hint: str
     return path
 
 
+class UntrustedRecordWarning(UserWarning):
+    """A study-file record that another user could have written: ignored."""
+
+
 def _read_entry(stores, name: str) -> dict | None:
+    path = _entry_path(stores, name)
     try:
-        entry = json.loads(_entry_path(stores, name).read_text())
+        if not _trusted(path):
+            return None
+        entry = json.loads(path.read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as error:
@@ -82,6 +88,25 @@ def _read_entry(stores, name: str) -> dict | None:
     if entry.get("store") != stores.describe() or entry.get("study") != name:
         return None  # a hash collision of the key; never seen, but never run the wrong file
     return entry
+
+
+def _trusted(path: Path) -> bool:
+    """Whether the record at `path` is a plain file of this user that no one else may write; warns when not."""
+    info = os.lstat(path)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = "is not a plain file"
+    elif hasattr(os, "getuid") and info.st_uid != os.getuid():
+        problem = f"belongs to user id {info.st_uid}, not to you"
+    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        problem = f"is writable by others (mode {stat.S_IMODE(info.st_mode):o})"
+    if problem:
+        warnings.warn(
+            f"ignoring this machine's study-file record {path}: it {problem}; remove it, then pass --study PATH",
+            UntrustedRecordWarning,
+            stacklevel=3,
+        )
+    return problem is None
 
 
 def _entry_path(stores, name: str) -> Path:

@@ -11,7 +11,6 @@ import copy
 import functools
 import os
 import socket
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -20,9 +19,14 @@ import optuna
 from optuna.trial import TrialState
 
 from tlsearch import _optuna_compat as compat
-from tlsearch import cv
+from tlsearch import _pickling, cv
 from tlsearch.data import Folds, HostCache
+from tlsearch.errors import TLSearchError
 from tlsearch.stores import Stores
+
+
+class DatasetChangedError(TLSearchError):
+    """The dataset a running study is bound to no longer holds the content the study was bound to."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,6 @@ class TrialJob:
     fold_plan_hash: str
     seed: int  # the trial's sampler seed
     folds: tuple[int, ...] = ()  # the folds this task trains when its trial runs split (tlsearch.fold_tasks)
-    study_id: int | None = None  # the study's id in its store, so a worker reuses its study object (`open_trial`)
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,9 @@ def pack_spec(spec) -> bytes:
     cloudpickle, explicitly: the functions of a study file live in a module the workers cannot import,
     and Dask's serializer would otherwise pickle them by reference.
     """
-    import cloudpickle
-
     spec = copy.copy(spec)
     spec.callbacks = ()  # run by the driver only; they may hold clients (MLflow, W&B) that do not pickle
-    return cloudpickle.dumps(spec)
+    return _pickling.dumps(spec)
 
 
 @functools.lru_cache(maxsize=4)
@@ -80,8 +81,8 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
     started = time.perf_counter()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     try:
-        trial = open_trial(spec, job.stores.study_storage(), job.study_name, job.trial_id, job.seed, job.study_id)
-        dataset = _open_dataset(job.stores, job.dataset_ref)
+        trial = open_trial(spec, job.stores.study_storage(), job.study_name, job.trial_id, job.seed)
+        dataset = _open_dataset(job.stores, job.dataset_ref, job.dataset_hash)
         rows = _fold_rows(spec, dataset, _fold_plan(job.stores, job.fold_plan_hash))
         if job.folds:
             results = cv.evaluate_folds(
@@ -121,32 +122,17 @@ def _placement(worker: str) -> dict[str, str]:
     return {"worker": worker, "gpu": gpu} if gpu.strip() not in ("", "-1") else {"worker": worker}
 
 
-def open_trial(spec, storage, study_name: str, trial_id: int, seed: int, study_id: int | None = None) -> optuna.Trial:
-    """The trial as its task sees it: in a study object with the trial's own seeded sampler and the study's pruner.
+def open_trial(spec, storage, study_name: str, trial_id: int, seed: int) -> optuna.Trial:
+    """The trial as its task sees it, in a study object of its own.
 
-    With `study_id`, the study object is opened once per thread and reused by that thread's later trials of
-    the same study (loading it reads the store twice); a study deleted and created again has a new id."""
-    sampler = spec.sampler_factory(seed)
-    if study_id is None:
-        study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler, pruner=spec.pruner)
-    else:
-        study = _opened_study(storage, study_name, study_id)
-        study.sampler, study.pruner = sampler, spec.pruner
+    The study object is new for every trial: Optuna's `Study` caches the study's trials per thread for its
+    sampler and empties that cache only in `ask`, which runs in the driver, so a study object kept across
+    trials would show every later trial the history as it was at the first. The sampler is the study's
+    (`spec.sampler`, the one whose `before_trial` started the trial in the driver) with its random state
+    seeded from `seed`: a grid's order or a QMC sequence comes from the study, each trial's draws from its seed."""
+    sampler = compat.seeded_copy(spec.sampler, seed)
+    study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler, pruner=spec.pruner)
     return compat.open_trial(study, trial_id)
-
-
-_studies = threading.local()  # per thread: a study object holds the sampler of the trial its thread runs
-
-
-def _opened_study(storage, study_name: str, study_id: int) -> optuna.Study:
-    key = (id(storage), study_name, study_id)
-    cached = getattr(_studies, "study", None)
-    if cached is None or cached[0] != key or cached[1] is not storage:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-        if compat.study_id(study) != study_id:  # replaced since the driver opened it: do not keep it
-            return study
-        _studies.study = cached = (key, storage, study)
-    return cached[2]
 
 
 @functools.cache
@@ -155,8 +141,18 @@ def _host_cache():
 
 
 @functools.lru_cache(maxsize=8)
-def _open_dataset(stores: Stores, ref: str):
-    return _host_cache().open(stores.dataset_store(), ref)
+def _open_dataset(stores: Stores, ref: str, content_hash: str):
+    """The dataset a study is bound to, opened once per worker process. Keyed by its content hash as well as its
+    ref: a ref deleted and pushed again with other content is another dataset (a long-lived `tlsearch worker`
+    serves many studies), and one whose content is not the study's is refused."""
+    dataset = _host_cache().open(stores.dataset_store(), ref)
+    if dataset.info.hash != content_hash:
+        dataset.close()
+        raise DatasetChangedError(
+            f"dataset {ref} is now sha256 {dataset.info.hash[:12]}, but the study was bound to sha256 "
+            f"{content_hash[:12]}: it was deleted and pushed again with other content; restart the run"
+        )
+    return dataset
 
 
 def _fold_rows(spec, dataset, plan) -> Folds:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import math
 import re
 from collections import Counter
@@ -13,11 +14,31 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tlsearch import study_attrs
+from tlsearch._files import write_file_with
+from tlsearch._text import csv_cell, printable
 from tlsearch.errors import TLSearchError
 from tlsearch.pruners import describe as describe_prune_reason
 from tlsearch.stores import Stores
 
 _SPLIT = re.compile(r"^split(\d+)_test_score$")
+log = logging.getLogger(__name__)
+
+
+def number_attr(trial: FrozenTrial, key: str, *, count: bool = False) -> float | int | None:
+    """The user attribute `key` of `trial` when it is a number (`count`: an int >= 0); None when it is absent or,
+    with a warning naming the trial and the field, when the store holds something else there."""
+    value = trial.user_attrs.get(key)
+    if value is None:
+        return None
+    if _is_number(value) and (not count or (isinstance(value, int) and value >= 0)):
+        return value
+    kind = "count (an integer >= 0)" if count else "number"
+    log.warning("trial %d: %s is %s, not a %s: shown as missing", trial.number, key, printable(repr(value)[:80]), kind)
+    return None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def fold_scores(trial: FrozenTrial) -> dict[int, float]:
@@ -25,7 +46,7 @@ def fold_scores(trial: FrozenTrial) -> dict[int, float]:
     folds = sorted(
         (int(m.group(1)), value)
         for key, value in trial.user_attrs.items()
-        if (m := _SPLIT.match(key)) and isinstance(value, (int, float))
+        if (m := _SPLIT.match(key)) and _is_number(value)
     )
     return dict(folds)
 
@@ -40,7 +61,7 @@ def trial_row(trial: FrozenTrial) -> dict:
     attrs = trial.user_attrs
     for key in ("mean_test_score", "std_test_score"):
         if key in attrs:
-            row[key] = attrs[key]
+            row[key] = number_attr(trial, key)
     for k, score in fold_scores(trial).items():
         row[f"split{k}_test_score"] = score
     row.update({f"params_{name}": value for name, value in trial.params.items()})
@@ -84,7 +105,8 @@ def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = No
     """`study.trials_dataframe()` led by scikit-learn's cv_results_ columns, in this order: number,
     rank_test_score, mean/std_test_score, mean/std_fit_time, mean/std_score_time, split{k}_test_score,
     n_folds_run, value(s) (`value_{metric}` once the study names its metric), state, datetime_start, datetime_complete, duration, params_* (sorted), the
-    remaining user_attrs_* / system_attrs_*, prune_reason (one line: why a pruned trial was stopped), error. The columns depend only on the study, not on `states` or
+    remaining user_attrs_* and the retry columns system_attrs_failed_trial / _retry_history (a column no trial
+    fills, and the samplers' own system attributes, are left out), prune_reason (one line: why a pruned trial was stopped), error. The columns depend only on the study, not on `states` or
     on which trial has which parameter.
     Ranks count complete trials only (1 = best; ties share the best rank). A pruned trial has NaN for the
     folds it did not run and for its standard deviations (they cover only the folds run)."""
@@ -93,6 +115,7 @@ def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = No
     every = study.get_trials(deepcopy=False)
     trials = [t for t in every if states is None or t.state in states]
     frame = study.trials_dataframe(multi_index=False) if every else pd.DataFrame({"number": []})
+    frame = frame.drop(columns=[c for c in frame if _is_bookkeeping(c) or (_is_attr(c) and frame[c].isna().all())])
     frame = frame[frame["number"].isin([t.number for t in trials])].reset_index(drop=True)
     by_number = {t.number: t for t in trials}
     n_folds = max((len(fold_scores(t)) for t in every), default=0)  # the same columns whatever `states`
@@ -114,17 +137,36 @@ def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = No
     return frame[order]
 
 
+# The system attributes a user reads: a retried trial's first attempt and its attempts. The others are samplers'
+# bookkeeping (TPE's relative params, a grid's id and space, CMA-ES and NSGA-II state), not results.
+_SHOWN_SYSTEM_ATTRS = ("system_attrs_failed_trial", "system_attrs_retry_history")
+
+
+def _is_bookkeeping(column: str) -> bool:
+    return column.startswith("system_attrs_") and column not in _SHOWN_SYSTEM_ATTRS
+
+
+def _is_attr(column: str) -> bool:
+    return column.startswith(("user_attrs_", "system_attrs_"))
+
+
 def _cv_columns(trial: FrozenTrial, n_folds: int) -> list:
     attrs = trial.user_attrs
     pruned = trial.state == TrialState.PRUNED
-    row = [math.nan if pruned and key in _STD_OF_FOLDS else attrs.get(key, math.nan) for key in _CV_COLUMNS[1:]]
-    row += [attrs.get(f"split{k}_test_score", math.nan) for k in range(n_folds)]
-    row.append(attrs.get("n_folds_run", len(fold_scores(trial)) or math.nan))
+    row = [math.nan if pruned and key in _STD_OF_FOLDS else _or_nan(number_attr(trial, key)) for key in _CV_COLUMNS[1:]]
+    scores = fold_scores(trial)
+    row += [scores.get(k, math.nan) for k in range(n_folds)]
+    n_run = number_attr(trial, "n_folds_run", count=True) if "n_folds_run" in attrs else None
+    row.append(n_run if n_run is not None else (len(scores) or math.nan))
     pruned_why = attrs.get("prune_reason") if pruned else None
     row.append(describe_prune_reason(pruned_why) if isinstance(pruned_why, dict) else None)
     failed = trial.state == TrialState.FAIL and "error_type" in attrs
     row.append(f"{attrs['error_type']}: {attrs.get('error_message', '')}" if failed else None)
     return row
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def _value_columns(frame) -> list[str]:
@@ -141,17 +183,31 @@ def _ranks(study: optuna.Study, frame):
     return value.rank(method="min", ascending=ascending).astype("Int64")
 
 
-def format_frame(frame, fmt: str = "table", path=None) -> str | None:
-    """A trials DataFrame as text (table, CSV, JSON records), or written to `path` as Parquet."""
+def format_frame(frame, fmt: str = "table", path=None, *, raw_csv: bool = False) -> str | None:
+    """A trials DataFrame as text (table, CSV, JSON records), or written to `path` as Parquet.
+
+    CSV cells that a spreadsheet would run as a formula (text starting with `= + - @`, tab or CR) get a leading
+    `'`, and their control characters are escaped, unless `raw_csv`; numbers stay numbers. JSON and Parquet hold
+    the values exactly."""
     if fmt == "parquet":
         require_pyarrow()
-        frame.to_parquet(path, index=False)
+        write_file_with(path, lambda tmp: frame.to_parquet(tmp, index=False))
         return None
     if fmt == "csv":
-        return frame.to_csv(index=False)
+        return (frame if raw_csv else _neutralised(frame)).to_csv(index=False)
     if fmt == "json":
         return frame.to_json(orient="records", date_format="iso", indent=2)
     return format_rows([{k: (None if _missing(v) else v) for k, v in row.items()} for row in frame.to_dict("records")])
+
+
+def _neutralised(frame):
+    """`frame` with every text cell and column name passed through `csv_cell`."""
+    frame = frame.rename(columns=csv_cell)
+    from pandas.api.types import is_bool_dtype, is_datetime64_any_dtype, is_numeric_dtype
+
+    kept = (is_numeric_dtype, is_bool_dtype, is_datetime64_any_dtype)  # no text in them
+    text_columns = [column for column in frame if not any(is_kind(frame[column].dtype) for is_kind in kept)]
+    return frame.assign(**{column: frame[column].map(csv_cell) for column in text_columns})
 
 
 def require_pyarrow() -> None:
@@ -175,15 +231,16 @@ def format_rows(rows: list[dict], fmt: str = "table") -> str:
         return json.dumps([{k: _jsonable(v) for k, v in row.items()} for row in rows], indent=2)
     if fmt == "csv":
         out = io.StringIO()
-        writer = csv.DictWriter(out, columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow([csv_cell(c) for c in columns])
+        writer.writerows([csv_cell(row.get(c, "")) for c in columns] for row in rows)
         return out.getvalue()
     if not rows:
         return "(no trials)"
+    columns_shown = [printable(c) for c in columns]
     cells = [[_text(row.get(c)) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns_shown)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns_shown, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
     return "\n".join(lines)
 
@@ -195,24 +252,23 @@ def best_summary(study: optuna.Study) -> str:
     except ValueError:
         best = []
     if not best:
-        return f"study {study.study_name!r}: no complete trial yet"
+        return f"study {printable(repr(study.study_name))}: no complete trial yet"
     lines = []
     if len(study.directions) == 1 and len(best) > 1:  # ties: one trial, the first to reach the value
         lines.append(f"{len(best)} trials tie for the best value; showing the lowest-numbered")
         best = [min(best, key=lambda trial: trial.number)]
     for trial in best[:5]:
-        values = ", ".join(f"{v:.6g}" for v in trial.values)
+        values = ", ".join(_text(v) for v in trial.values)
         lines.append(f"best trial #{trial.number}: value {values}")
-        attrs = trial.user_attrs
-        if "mean_test_score" in attrs:
-            lines.append(
-                f"  CV score: {attrs['mean_test_score']:.6g} ± {attrs.get('std_test_score', float('nan')):.3g}"
-            )
+        mean = number_attr(trial, "mean_test_score")
+        if mean is not None:
+            std = number_attr(trial, "std_test_score")
+            lines.append(f"  CV score: {mean:.6g} ± {math.nan if std is None else std:.3g}")
         scores = fold_scores(trial)
         if scores:
             lines.append("  folds:    " + "  ".join(f"{s:.4g}" for s in scores.values()))
         for name, value in trial.params.items():
-            lines.append(f"  {name} = {value!r}")
+            lines.append(f"  {printable(name)} = {printable(repr(value))}")
     return "\n".join(lines)
 
 
@@ -245,8 +301,9 @@ def _jsonable(value):
 
 
 def _text(value) -> str:
+    """One table cell: floats to 6 significant digits, control characters escaped."""
     if value is None:
         return ""
     if isinstance(value, float):
         return f"{value:.6g}"
-    return str(value)
+    return printable(value)

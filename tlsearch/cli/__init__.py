@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import math
 import os
 import sys
 
@@ -95,9 +96,63 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def echo(text: object) -> None:
+    """Print text for people on standard output, its control characters escaped (line breaks kept): whatever
+    it holds from a store is shown, never obeyed by the terminal."""
+    from tlsearch._text import printable
+
+    print(printable(text, keep_newlines=True))
+
+
+def study_name(text: str) -> str:
+    """argparse type of a study name: refused (one line) when it holds controls, bidi controls or surrogates."""
+    from tlsearch._text import name_problem, printable
+
+    problem = name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"study name {printable(repr(text))} {problem}: choose another name")
+    return text
+
+
+def seconds(text: str) -> float:
+    """argparse type of a duration: a finite number of seconds above 0 (not nan, inf or negative)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0: give e.g. 3600")
+    return value
+
+
+class _SafeText:
+    """What the command prints about an error or in a log line: URIs' credentials masked (those of the URIs the
+    command was given too, whatever they hold), control characters escaped."""
+
+    def __init__(self) -> None:
+        self.uris: list[str] = []
+
+    def __call__(self, text: str, keep_newlines: bool = False) -> str:
+        from tlsearch._text import printable
+        from tlsearch.mongo import mask_uris, scrub
+
+        for uri in self.uris:
+            text = scrub(text, uri)
+        return printable(mask_uris(text), keep_newlines=keep_newlines)
+
+
+_safe = _SafeText()
+
+
+class _SafeFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return _safe(super().format(record), keep_newlines=True)
+
+
 def setup_logging(args) -> None:
     """tlsearch's logs on stderr: INFO by default, WARNING with -q, DEBUG with -v or --debug. Optuna's info
-    logs and TensorFlow's start-up logs (inherited by worker processes) only with -v."""
+    logs and TensorFlow's start-up logs (inherited by worker processes) only with -v. Every record has its
+    credentials masked and its control characters escaped."""
     import optuna
 
     verbose = args.verbose or args.debug
@@ -107,32 +162,43 @@ def setup_logging(args) -> None:
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     optuna.logging.set_verbosity(logging.INFO if verbose else logging.WARNING)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("%(levelname)s %(name)s: %(message)s" if verbose else "tlsearch: %(message)s")
-    )
+    handler.setFormatter(_SafeFormatter("%(levelname)s %(name)s: %(message)s" if verbose else "tlsearch: %(message)s"))
     logger = logging.getLogger("tlsearch")
     logger.handlers[:] = [handler]
     logger.propagate = False
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING if args.quiet else logging.INFO)
     if args.debug:
         logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
+        for root_handler in logging.getLogger().handlers:
+            root_handler.setFormatter(_SafeFormatter("%(levelname)s %(name)s: %(message)s"))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args)
+    _safe.uris = [uri for uri in (getattr(args, "mongo", None), getattr(args, "to", None)) if uri]
     try:
         args.settings = settings_of(args)  # reads the config file and the environment, which may be invalid
+        _safe.uris += [args.settings.mongo] if args.settings.mongo else []
         return args.func(args) or 0
     except (TLSearchError, KeyError, ValueError, FileNotFoundError) as error:
         if args.debug:
-            raise
+            return _print_traceback()
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"tlsearch: error: {message}", file=sys.stderr)
+        print(f"tlsearch: error: {_safe(str(message))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("tlsearch: interrupted", file=sys.stderr)
         return 130
+    except Exception:  # a bug or an unexpected failure: its traceback, masked like everything else
+        return _print_traceback()
+
+
+def _print_traceback() -> int:
+    import traceback
+
+    print(_safe(traceback.format_exc(), keep_newlines=True), file=sys.stderr, end="")
+    return 1
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ import json
 import sys
 import textwrap
 
+from tlsearch.cli import echo
+
 _EXAMPLES = {
     "push": (
         "tlsearch dataset push digits sklearn:digits\n"
@@ -157,10 +159,10 @@ def _push(args) -> int:
             info = store.push(args.name, arrays, metadata=metadata, new_version=args.new_version, progress=bar.update)
         sent = store.stats.bytes_sent
     if info.ref == before:
-        print(f"{info.ref} already holds this content (sha256 {info.hash[:12]}): nothing transferred")
+        echo(f"{info.ref} already holds this content (sha256 {info.hash[:12]}): nothing transferred")
         return 0
     how = f"{_size(sent)} transferred" if sent else "content already stored: nothing transferred"
-    print(f"pushed {info.ref}: {_shape_summary(info)}, sha256 {info.hash[:12]} ({how})")
+    echo(f"pushed {info.ref}: {_shape_summary(info)}, sha256 {info.hash[:12]} ({how})")
     return 0
 
 
@@ -169,7 +171,7 @@ def _ls(args) -> int:
         infos = store.list()
         where = store.describe()
     if not infos:
-        print(f"no datasets in {where}")
+        echo(f"no datasets in {where}")
         return 0
     rows = [("NAME", "VERSION", "ROWS", "FEATURES", "SIZE", "CREATED", "SHA256")]
     for info in infos:
@@ -187,7 +189,7 @@ def _ls(args) -> int:
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     return 0
 
 
@@ -203,18 +205,18 @@ def _show(args) -> int:
         print(json.dumps(document, indent=2))
         return 0
     metadata = dict(info.metadata)
-    print(info.ref)
-    print(f"  sha256    {info.hash}")
-    print(f"  created   {info.created.isoformat(timespec='seconds')}")
-    print(f"  size      {_size(info.size_bytes)}")
-    print(f"  versions  {', '.join(map(str, versions))} (latest {max(versions)})")
+    echo(info.ref)
+    echo(f"  sha256    {info.hash}")
+    echo(f"  created   {info.created.isoformat(timespec='seconds')}")
+    echo(f"  size      {_size(info.size_bytes)}")
+    echo(f"  versions  {', '.join(map(str, versions))} (latest {max(versions)})")
     if "source" in metadata:
-        print(f"  source    {metadata.pop('source')}")
+        echo(f"  source    {metadata.pop('source')}")
     for i, (name, spec) in enumerate(info.arrays.items()):
-        print(f"  {'arrays' if i == 0 else '':<8}  {name:<13} {np.dtype(spec['dtype']).name:<8} {tuple(spec['shape'])}")
+        echo(f"  {'arrays' if i == 0 else '':<8}  {name:<13} {np.dtype(spec['dtype']).name:<8} {tuple(spec['shape'])}")
     for key, label in (("feature_names", "features"), ("class_names", "classes")):
         if key in metadata:
-            print(f"  {label:<8}  {_short_list(metadata.pop(key))}")
+            echo(f"  {label:<8}  {_short_list(metadata.pop(key))}")
     for key, value in metadata.items():
         print(f"  {key:<8}  {json.dumps(value)}")
     return 0
@@ -223,7 +225,7 @@ def _show(args) -> int:
 def _rm(args) -> int:
     with _store(args) as store:
         removed = store.delete(args.ref, all_versions="@" not in args.ref)
-    print(f"removed {', '.join(info.ref for info in removed)}")
+    echo(f"removed {', '.join(info.ref for info in removed)}")
     return 0
 
 
@@ -235,11 +237,11 @@ def _verify(args) -> int:
         info = store.info(args.ref)
         with _progress(f"verify {info.ref}", stored_size(info)) as bar:
             store.verify(info.ref, progress=bar.update)
-        print(f"{info.ref}: stored copy ok ({_size(store.stats.bytes_received)} read, sha256 {info.hash[:12]})")
+        echo(f"{info.ref}: stored copy ok ({_size(store.stats.bytes_received)} read, sha256 {info.hash[:12]})")
         cache = HostCache(args.settings.cache_dir)
         state = cache.verify(store, info.ref)
         checked, damaged = cache.verify_folds(store, info.ref)
-    print(
+    echo(
         {
             "absent": "  not in this host's cache",
             "ok": "  this host's cached copy ok",
@@ -247,9 +249,9 @@ def _verify(args) -> int:
         }[state]
     )
     for what in damaged:
-        print(f"  this host's {what} was damaged: removed, made again when next used")
+        echo(f"  this host's {what} was damaged: removed, made again when next used")
     if checked and not damaged:
-        print(f"  this host's fold plans and layouts ok ({checked})")
+        echo(f"  this host's fold plans and layouts ok ({checked})")
     return 0
 
 

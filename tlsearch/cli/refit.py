@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tlsearch.cli import echo, study_name
+
 
 def register(subparsers, parent) -> None:
     refit = subparsers.add_parser(
@@ -13,7 +15,7 @@ def register(subparsers, parent) -> None:
         "dataset hash, params and CV score. Load it in Python with tlsearch.load_model(NAME).",
         epilog="example: tlsearch refit digits-mlp -o digits.keras",
     )
-    refit.add_argument("name", metavar="NAME")
+    refit.add_argument("name", metavar="NAME", type=study_name)
     refit.add_argument("--trial", type=int, metavar="N", help="refit trial N instead of the best trial")
     refit.add_argument(
         "--study",
@@ -36,8 +38,8 @@ def _refit(args) -> int:
     score = "" if record.cv_score is None else f" (CV score {record.cv_score:.6g})"
     if record.test_score is not None:
         score += f", test hold-out score {record.test_score:.6g}"
-    print(f"refit trial #{record.trial_number}{score} on {record.dataset_ref}: {path}")
-    print(
+    echo(f"refit trial #{record.trial_number}{score} on {record.dataset_ref}: {path}")
+    echo(
         f"stored as artifact {record.artifact_id} of study {args.name!r}; "
         f"load it with tlsearch.load_model({args.name!r})"
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from tlsearch.cli import stores_of
+from tlsearch.cli import echo, stores_of, study_name
 from tlsearch.errors import TLSearchError
 
 
@@ -21,7 +21,7 @@ def register(subparsers, parent) -> None:
         "dataset, started, last activity.",
         epilog="example: tlsearch status digits-mlp --json",
     )
-    status.add_argument("name", metavar="NAME", nargs="?")
+    status.add_argument("name", metavar="NAME", type=study_name, nargs="?")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=_status)
 
@@ -32,7 +32,7 @@ def register(subparsers, parent) -> None:
         description="The best trial of study NAME: params, mean ± std CV score and per-fold scores.",
         epilog="example: tlsearch best digits-mlp",
     )
-    best.add_argument("name", metavar="NAME")
+    best.add_argument("name", metavar="NAME", type=study_name)
     best.add_argument("--json", action="store_true", help="machine-readable output")
     best.set_defaults(func=_best)
 
@@ -45,7 +45,7 @@ def register(subparsers, parent) -> None:
         "n_folds_run), then values, state, times and params_*.",
         epilog="example: tlsearch trials digits-mlp --state complete --format csv > trials.csv",
     )
-    trials.add_argument("name", metavar="NAME")
+    trials.add_argument("name", metavar="NAME", type=study_name)
     trials.add_argument(
         "--format",
         choices=("table", "csv", "json", "parquet"),
@@ -53,6 +53,12 @@ def register(subparsers, parent) -> None:
         help="parquet needs pyarrow (pip install 'tlsearch[parquet]') and --output",
     )
     trials.add_argument("-o", "--output", default=None, help="file to write (default: standard output)")
+    trials.add_argument(
+        "--raw-csv",
+        action="store_true",
+        help="write CSV cells as stored; by default a text cell starting with = + - @, tab or CR gets a "
+        "leading ' so a spreadsheet does not run it as a formula, and its control characters are escaped",
+    )
     trials.add_argument(
         "--state",
         action="append",
@@ -70,7 +76,7 @@ def register(subparsers, parent) -> None:
         description="Write a self-contained HTML report (opens offline), with PNGs of its figures on request.",
         epilog="example: tlsearch report digits-mlp -o report.html",
     )
-    report.add_argument("name", metavar="NAME")
+    report.add_argument("name", metavar="NAME", type=study_name)
     report.add_argument("-o", "--output", default=None, help="HTML file to write (default: HOME/reports/NAME.html)")
     report.add_argument(
         "--png",
@@ -101,10 +107,10 @@ def register(subparsers, parent) -> None:
         "(optuna.copy_study underneath; the fold plan and dataset references come along).",
         epilog="example: tlsearch copy digits-mlp --to mongodb://db.example:27017",
     )
-    copy.add_argument("name", metavar="NAME")
+    copy.add_argument("name", metavar="NAME", type=study_name)
     copy.add_argument("--to", metavar="URI", required=True, help="MongoDB URI to copy the study into")
     copy.add_argument("--to-database", default=None, help="database there (default: --database)")
-    copy.add_argument("--to-name", default=None, help="study name there (default: NAME)")
+    copy.add_argument("--to-name", type=study_name, default=None, help="study name there (default: NAME)")
     copy.set_defaults(func=_copy)
 
 
@@ -130,9 +136,9 @@ def _status(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     elif not rows:
-        print(f"no studies in {stores.describe()}")
+        echo(f"no studies in {stores.describe()}")
     else:
-        print(trials_table.format_rows(rows))
+        echo(trials_table.format_rows(rows))
     return 0
 
 
@@ -144,7 +150,7 @@ def _best(args) -> int:
         best = [trials_table.trial_row(t) for t in _best_trials(study)]
         print(trials_table.format_rows(best, "json"))
     else:
-        print(trials_table.best_summary(study))
+        echo(trials_table.best_summary(study))
     return 0
 
 
@@ -157,15 +163,17 @@ def _best_trials(study: optuna.Study):
 
 def _trials(args) -> int:
     from tlsearch import trials_table
+    from tlsearch._files import write_file
 
     states = tuple(TrialState[s] for s in args.state) if args.state else None
     if args.format == "parquet" and not args.output:
         raise TLSearchError("--format parquet writes a file: give it with --output FILE.parquet")
     if args.format == "parquet":
         trials_table.require_pyarrow()  # before reading the study
-    text = trials_table.format_frame(trials_table.trials_frame(_load(args), states), args.format, args.output)
+    frame = trials_table.trials_frame(_load(args), states)
+    text = trials_table.format_frame(frame, args.format, args.output, raw_csv=args.raw_csv)
     if text is not None and args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        write_file(args.output, text)
     elif text is not None:
         print(text)
     return 0
@@ -177,7 +185,7 @@ def _report(args) -> int:
     study = _load(args)
     path = Path(args.output) if args.output else args.settings.home / "reports" / f"{args.name}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    print(f"report: {write_report(study, path, png=args.png)}")
+    echo(f"report: {write_report(study, path, png=args.png)}")
     return 0
 
 
@@ -187,7 +195,7 @@ def _dashboard(args) -> int:
     except ImportError:
         raise TLSearchError("optuna-dashboard is not installed: pip install 'tlsearch[dashboard]'") from None
     stores = stores_of(args)
-    print(f"optuna-dashboard on {stores.describe()}: http://{args.host}:{args.port}/  (Ctrl-C to stop)")
+    echo(f"optuna-dashboard on {stores.describe()}: http://{args.host}:{args.port}/  (Ctrl-C to stop)")
     optuna_dashboard.run_server(
         stores.study_storage(), host=args.host, port=args.port, artifact_store=stores.artifact_store()
     )
@@ -202,5 +210,5 @@ def _copy(args) -> int:
     target = Stores.resolve(args.to, args.to_database or args.settings.database, args.settings.home)
     to_name = args.to_name or args.name
     study_attrs.copy(source, target, args.name, to_name)
-    print(f"copied study {args.name!r} with its dataset from {source.describe()} to {target.describe()} as {to_name!r}")
+    echo(f"copied study {args.name!r} with its dataset from {source.describe()} to {target.describe()} as {to_name!r}")
     return 0

@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from tlsearch.cli import stores_of, tls_options
+from tlsearch.cli import echo, seconds, stores_of, study_name, tls_options
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ def register(subparsers, parent) -> None:
         epilog="example: tlsearch run studies/digits_mlp.py --n-trials 20 --workers 2",
     )
     run.add_argument("study_file", metavar="STUDY_FILE", help="path of the study file")
-    run.add_argument("--name", help="study name (default: the name in the study file)")
+    run.add_argument("--name", type=study_name, help="study name (default: the name in the study file)")
     run.set_defaults(func=_run)
 
     resume = subparsers.add_parser(
@@ -33,7 +33,7 @@ def register(subparsers, parent) -> None:
         "machine (or --study PATH), after checking that its dataset and fold plan are unchanged.",
         epilog="example: tlsearch resume digits-mlp --n-trials 40",
     )
-    resume.add_argument("name", metavar="NAME")
+    resume.add_argument("name", metavar="NAME", type=study_name)
     resume.add_argument(
         "--study",
         "--study-file",
@@ -50,7 +50,7 @@ def register(subparsers, parent) -> None:
         description="Ask every driver running study NAME to finish its running trials and start no new ones.",
         epilog="example: tlsearch stop digits-mlp",
     )
-    stop.add_argument("name", metavar="NAME")
+    stop.add_argument("name", metavar="NAME", type=study_name)
     stop.set_defaults(func=_stop)
 
 
@@ -77,7 +77,7 @@ def _driver_options() -> argparse.ArgumentParser:
     parser.add_argument(
         "--n-trials", type=int, metavar="N", help="complete + pruned trials to reach, counting earlier ones"
     )
-    parser.add_argument("--timeout", type=float, metavar="S", help="stop starting trials after S seconds")
+    parser.add_argument("--timeout", type=seconds, metavar="S", help="stop starting trials after S seconds")
     parser.add_argument(
         "--progress",
         choices=("auto", "bar", "log", "off"),
@@ -130,13 +130,13 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
     if result.reason == driver.NOTHING_TO_DO:
         log.info("nothing to do: %s", result.detail)
         return result.exit_code
-    print(trials_table.best_summary(result.study))
+    echo(trials_table.best_summary(result.study))
     if not args.no_report:
         from tlsearch.report import write_report
 
         path = Path(args.report) if args.report else stores.home / "reports" / f"{name}.html"
         path.parent.mkdir(parents=True, exist_ok=True)
-        print(f"report: {write_report(result.study, path)}")
+        echo(f"report: {write_report(result.study, path)}")
     (log.info if result.exit_code == 0 else log.warning)("%s", result.summary())
     return result.exit_code
 
@@ -145,5 +145,5 @@ def _stop(args) -> int:
     from tlsearch import study_attrs
 
     study_attrs.request_stop(stores_of(args), args.name)
-    print(f"asked the drivers of {args.name!r} to stop; running trials will finish")
+    echo(f"asked the drivers of {args.name!r} to stop; running trials will finish")
     return 0

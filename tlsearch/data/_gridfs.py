@@ -31,14 +31,13 @@ from bson import ObjectId
 from pymongo.errors import DuplicateKeyError
 
 from tlsearch._renamed import renamed_keywords
-from tlsearch.config import DEFAULT_DATABASE
 from tlsearch.data._errors import DatasetBusyError, DatasetCorruptedError, DatasetNotFoundError, FoldPlanNotFoundError
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._info import DatasetInfo, check_name, parse_ref
 from tlsearch.data._npy import iter_npy
 from tlsearch.data._paths import check_sha256
 from tlsearch.data._store import DatasetStore, Progress, version_for_push
-from tlsearch.mongo import GridFSDamagedError, connect, read_gridfs_chunks, write_gridfs_file
+from tlsearch.mongo import GridFSDamagedError, connect, database_name, read_gridfs_chunks, write_gridfs_file
 
 CHUNK_BYTES = 4 << 20  # measured on the test server: 1 MiB ≈ 110 MB/s in, 4-8 MiB ≈ 135 MB/s in and faster out
 READ_BATCH_BYTES = 12 << 20
@@ -56,7 +55,7 @@ class MongoDatasetStore(DatasetStore):
     def __init__(
         self,
         uri_or_client: str | pymongo.MongoClient,
-        database: str = DEFAULT_DATABASE,
+        database: str | None = None,
         *,
         chunk_bytes: int = CHUNK_BYTES,
     ) -> None:
@@ -65,7 +64,7 @@ class MongoDatasetStore(DatasetStore):
             self._uri, self._client, self._owns_client = uri_or_client, None, True
         else:
             self._uri, self._client, self._owns_client = None, uri_or_client, False
-        self.database = database
+        self.database = database_name(uri_or_client, database)
         self.chunk_bytes = int(chunk_bytes)
         self._indexes_ready = False
 

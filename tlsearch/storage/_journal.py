@@ -160,7 +160,7 @@ class CrashTolerantJournalFile(BaseJournalBackend):
     def _decode(self, line: bytes, log_number: int) -> dict[str, Any]:
         try:
             entry = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a value nested deeper than Python's stack
             entry = None
         if not isinstance(entry, dict) or "op_code" not in entry:
             raise JournalDamagedError(

@@ -35,7 +35,6 @@ from pymongo import ReturnDocument
 from tlsearch import _optuna_compat as compat
 from tlsearch._optuna_compat import BaseHeartbeat
 from tlsearch._renamed import renamed_keywords
-from tlsearch.config import DEFAULT_DATABASE
 from tlsearch.storage import _codec as codec
 from tlsearch.storage._cache import StudyCache
 from tlsearch.storage._mongo_connection import Collections
@@ -54,7 +53,8 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         uri_or_client: a MongoDB URI (``mongodb://user:pass@host/?...``), or a ``pymongo.MongoClient``.
             Built from a URI, the storage can be pickled (it reconnects lazily in the new process);
             built from a client, it cannot.
-        database: the database holding the ``studies``, ``trials`` and ``counters`` collections.
+        database: the database holding the ``studies``, ``trials`` and ``counters`` collections (default: the
+            one the URI names, ``mongodb://host/mydb``, else ``tlsearch``; a different name is an error).
         heartbeat_interval: seconds between heartbeats of a running trial (None: no heartbeats), as in
             ``optuna.storages.RDBStorage``; heartbeats use the server's clock.
         grace_period: seconds without a heartbeat after which a running trial is stale (default: twice the
@@ -77,7 +77,7 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
     def __init__(
         self,
         uri_or_client: str | pymongo.MongoClient,
-        database: str = DEFAULT_DATABASE,
+        database: str | None = None,
         *,
         heartbeat_interval: float | None = None,
         grace_period: float | None = None,

@@ -19,8 +19,7 @@ from bson.codec_options import CodecOptions
 from pymongo import IndexModel
 from pymongo.errors import DuplicateKeyError
 
-from tlsearch.config import DEFAULT_DATABASE
-from tlsearch.mongo import MongoUnavailableError, connect, mask_uri, ping, retrying
+from tlsearch.mongo import MongoUnavailableError, connect, database_name, mask_uri, ping, retrying
 
 STUDIES = "studies"
 TRIALS = "trials"
@@ -43,8 +42,8 @@ class MongoConnection:
     state by extending `__getstate__`/`__setstate__`, and their per-process state in `_start`.
     """
 
-    def __init__(self, uri_or_client: str | pymongo.MongoClient, database: str = DEFAULT_DATABASE) -> None:
-        if not isinstance(database, str) or not database:
+    def __init__(self, uri_or_client: str | pymongo.MongoClient, database: str | None = None) -> None:
+        if database is not None and (not isinstance(database, str) or not database):
             raise ValueError(f"database must be a non-empty string, not {database!r}")
         if isinstance(uri_or_client, str):
             self._uri: str | None = uri_or_client
@@ -56,7 +55,7 @@ class MongoConnection:
             raise TypeError(
                 f"MongoStorage needs a MongoDB URI or a pymongo.MongoClient, not {type(uri_or_client).__name__}"
             )
-        self._database_name = database
+        self._database_name = database_name(uri_or_client, database)
         self._start(client)
 
     def _start(self, client: pymongo.MongoClient | None) -> None:

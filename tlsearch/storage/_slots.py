@@ -8,16 +8,24 @@ slots taken lives in the store, changed atomically: a conditional `$inc` on the 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 
 import optuna
 
+from tlsearch._files import open_no_follow, write_file
 from tlsearch._optuna_compat import journal_file_path
+from tlsearch._text import printable
+from tlsearch.errors import TLSearchError
 
 try:
     import fcntl
 except ImportError:  # Windows: no counter; the driver falls back to counting finished trials
     fcntl = None  # type: ignore[assignment]
+
+
+class SlotCounterError(TLSearchError, ValueError):
+    """The trial-slot counter holds something no driver wrote: not obeyed."""
 
 
 class TrialSlots:
@@ -27,11 +35,12 @@ class TrialSlots:
         self.storage, self.study_id = storage, study_id
 
     def claim(self, limit: int, claimed: Callable[[], int]) -> bool:
-        """Take a slot if fewer than `limit` are taken."""
+        """Take a slot if fewer than `limit` are taken. SlotCounterError when the counter holds anything but a
+        count in 0..limit."""
         if hasattr(self.storage, "claim_trial_slot"):
             return self.storage.claim_trial_slot(self.study_id, limit, claimed)
         with _LockedCounter(self._counter_path()) as counter:
-            taken = counter.read(claimed)
+            taken = counter.read(claimed, limit)
             if taken >= limit:
                 return False
             counter.write(taken + 1)
@@ -45,7 +54,7 @@ class TrialSlots:
         path = self._counter_path()
         if os.path.exists(path):
             with _LockedCounter(path) as counter:
-                taken = counter.read(lambda: 0)
+                taken = counter.read(lambda: 0, sys.maxsize)
                 counter.write(max(taken - 1, 0))
 
     def _counter_path(self) -> str:
@@ -53,13 +62,14 @@ class TrialSlots:
 
 
 class _LockedCounter:
-    """An integer in a small file, held under an exclusive `flock` while in the `with` block."""
+    """An integer in a small file, held under an exclusive `flock` on a lock file beside it while in the `with`
+    block; the counter is rewritten whole (`tlsearch._files`), and neither file is opened through a link."""
 
     def __init__(self, path: str) -> None:
         self._path = path
 
     def __enter__(self) -> _LockedCounter:
-        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = open_no_follow(f"{self._path}.lock", os.O_RDWR | os.O_CREAT)
         if fcntl is not None:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
         return self
@@ -67,11 +77,25 @@ class _LockedCounter:
     def __exit__(self, *exc) -> None:
         os.close(self._fd)  # closing the file releases its flock
 
-    def read(self, initial: Callable[[], int]) -> int:
-        text = os.pread(self._fd, 64, 0).decode().strip()
-        return int(text) if text else initial()
+    def read(self, initial: Callable[[], int], limit: int) -> int:
+        """The count, or `initial()` where there is none yet; SlotCounterError outside 0..`limit`."""
+        try:
+            fd = open_no_follow(self._path, os.O_RDONLY)
+        except FileNotFoundError:
+            return initial()
+        try:
+            text = os.read(fd, 64).decode(errors="replace").strip()
+        finally:
+            os.close(fd)
+        if not text:
+            return initial()
+        if not (text.isascii() and text.isdigit() and int(text) <= limit):
+            bound = "" if limit == sys.maxsize else f"..{limit} (the trial budget)"
+            raise SlotCounterError(
+                f"trial-slot counter {self._path} holds {printable(repr(text[:20]))}, not a count in 0{bound}: "
+                "not obeyed; delete the file and tlsearch counts the study's trials again"
+            )
+        return int(text)
 
     def write(self, value: int) -> None:
-        data = f"{value}\n".encode()
-        os.pwrite(self._fd, data.ljust(32), 0)
-        os.fsync(self._fd)
+        write_file(self._path, f"{value}\n")
