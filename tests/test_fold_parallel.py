@@ -151,3 +151,46 @@ def test_second_ctrl_c_fails_a_split_trial_once(tmp_path):
     assert sum(line.startswith("trial ") and "Interrupted" in line for line in output.splitlines()) == 1, output
     assert retry.state == TrialState.WAITING and retry.system_attrs["failed_trial"] == interrupted.number
     assert count(study, TrialState.RUNNING) == 0
+
+
+SEEDED_STUDY = """
+import random
+import threading
+import tlsearch
+
+def fit(params, fold, report):
+    # Another thread draws from Python's global stream while the fold draws from its own (as Dask's sizeof does).
+    stop = threading.Event()
+    def draw():
+        while not stop.is_set():
+            random.random()
+    thread = threading.Thread(target=draw)
+    thread.start()
+    try:
+        draws = [fold.random.random() + fold.numpy_random.random() for _ in range(20000)]
+    finally:
+        stop.set()
+        thread.join()
+    return params["x"] + sum(draws) / len(draws)
+
+study = tlsearch.StudySpec(
+    name="seeded", dataset="sklearn:iris", cv=3, n_trials=1, fold_parallel={fold_parallel}, direction="maximize",
+    space=lambda trial: {{"x": trial.suggest_float("x", 0, 1)}}, model=tlsearch.CustomLoop(fit))
+"""
+
+
+@pytest.mark.slow
+def test_a_custom_loop_draws_the_same_from_its_folds_generators_split_or_sequential_under_a_busy_thread(tmp_path):
+    scores, tasks = {}, {}
+    for fold_parallel in ('"auto"', "False"):
+        path = tmp_path / f"seeded-{fold_parallel.strip(chr(34))}.py"
+        path.write_text(SEEDED_STUDY.format(fold_parallel=fold_parallel))
+        home = tmp_path / fold_parallel.strip('"')
+        study = tlsearch.run(load_study_file(path), stores=Stores(home=home), n_workers=3, progress="off")
+        [trial] = study.trials
+        assert trial.state == TrialState.COMPLETE, trial.user_attrs.get("error_message")
+        scores[fold_parallel] = [trial.user_attrs[f"split{k}_test_score"] for k in range(3)]
+        tasks[fold_parallel] = trial.user_attrs.get("fold_tasks")
+    assert tasks == {'"auto"': 3, "False": None}
+    assert scores['"auto"'] == scores["False"]
+    assert len(set(scores["False"])) == 3  # each fold has generators of its own

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import random
+import threading
+
 import numpy as np
 import optuna
 import pytest
@@ -13,7 +17,7 @@ from search_spaces.mlp import make_mlp
 from search_spaces.optimizers import compile_model
 from tests.test_cv import memory_study
 from tlsearch.cv import describe_failure, evaluate
-from tlsearch.models import NonFiniteLossError, _keras, _keras_reuse
+from tlsearch.models import NonFiniteLossError, _fold_random, _keras, _keras_reuse
 from tlsearch.study import CustomLoop, KerasModel, SklearnModel, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -361,10 +365,15 @@ def test_seeding_without_clearing_tensorflows_caches_trains_as_keras_set_random_
         metric="accuracy",
         model=KerasModel(build_mlp, epochs=3, batch_size=64, early_stopping=2),
     )
+
+    def keras_seeding(keras, seed):
+        keras.utils.set_random_seed(seed)
+        _fold_random.seed_thread(seed)  # Keras' default seeds come from the thread's own stream: see test below
+
     scores = {}
     for seeding in ("tlsearch", "keras"):
         if seeding == "keras":
-            monkeypatch.setattr(_keras, "set_random_seed", lambda keras, seed: keras.utils.set_random_seed(seed))
+            monkeypatch.setattr(_keras, "set_random_seed", keras_seeding)
         attrs = run(spec, digits).user_attrs
         scores[seeding] = [attrs[f"split{k}_test_score"] for k in range(3)]
     assert scores["tlsearch"] == pytest.approx(scores["keras"], abs=1e-6)
@@ -414,3 +423,156 @@ def test_a_worker_keeps_tensorflows_kernels_for_the_model_it_keeps_and_drops_the
         )
         assert run(spec, digits).state == TrialState.COMPLETE
     assert forgotten == [1]  # once: when [24] replaced the kept [16] model
+
+
+@contextlib.contextmanager
+def drawing_from_the_global_stream():
+    """Within: another thread draws from Python's global `random` in a loop, as Dask's event loop does (sizeof)."""
+    stop = threading.Event()
+
+    def draw():
+        while not stop.is_set():
+            random.random()
+
+    thread = threading.Thread(target=draw, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@pytest.mark.slow
+def test_a_fold_trained_in_a_dask_worker_scores_as_in_a_plain_process_while_another_thread_draws(digits):
+    import distributed
+    from keras.src.random import seed_generator
+
+    params = {
+        "mlp": {"units": [32], "dropout": 0.3, "activation": "relu", "batch_norm": False},
+        "optimizer": {"name": "adam", "learning_rate": 0.01, "weight_decay": None},
+    }
+    spec = StudySpec(
+        name="worker-seeds",
+        dataset="sklearn:digits",
+        space=params,
+        cv=3,
+        metric="accuracy",
+        model=KerasModel(build_mlp, epochs=1, batch_size=64),
+    )
+    first_fold = list(spec.cv.split(digits["X"], digits["y"]))[:1]
+
+    def fold_score():
+        study = memory_study(spec)
+        evaluate(study.ask(), spec, digits, first_fold)
+        return study.trials[0].user_attrs["split0_test_score"]
+
+    plain = fold_score()
+    # Keras draws its default seeds through the name tlsearch redirects: a Keras that renames it fails here
+    assert isinstance(seed_generator.python_random, _fold_random._ThreadStreams)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as local:
+        with distributed.Client(local) as client, drawing_from_the_global_stream():
+            in_worker = [client.submit(fold_score, pure=False).result() for _ in range(4)]
+    assert in_worker == [plain] * 4
+
+
+def keras_spec(metric, **options):
+    return StudySpec(
+        name="d", dataset="sklearn:digits", space={}, model=KerasModel(build_mlp), metric=metric, **options
+    )
+
+
+@pytest.mark.parametrize(
+    "metric",
+    ["categorical_hinge", "dice", "tversky", "ctc", "perplexity", "binary_focal_crossentropy", "kl_divergence",
+     "root_mean_squared_error", "log_cosh", "poisson", "false_negatives", "val_loss"],
+)  # fmt: skip
+def test_a_lower_is_better_keras_metric_is_minimised_by_default(metric):
+    assert keras_spec(metric).directions == ("minimize",)
+
+
+@pytest.mark.parametrize(
+    "metric", ["accuracy", "top_k_categorical_accuracy", "auc", "mean_iou", "f1_score", "r2_score", "cosine_similarity"]
+)
+def test_a_higher_is_better_keras_metric_is_maximised_by_default(metric):
+    assert keras_spec(metric).directions == ("maximize",)
+
+
+def test_every_name_keras_registers_as_a_loss_is_minimised_by_default():
+    from keras.src import losses
+
+    names = {name for name in losses.ALL_OBJECTS_DICT if name.islower()} - {"cosine_similarity"}  # see MINIMIZED
+    assert len(names) > 20
+    assert {name: keras_spec(name).direction for name in names} == dict.fromkeys(names, "minimize")
+
+
+def test_a_keras_metric_of_unknown_direction_asks_for_one():
+    from tlsearch.spec_checks import StudySpecError
+
+    with pytest.raises(StudySpecError, match=r"^StudySpec.direction .*'my_score'.* direction='maximize'") as error:
+        keras_spec("my_score")
+    assert "\n" not in str(error.value)
+    assert keras_spec("my_score", direction="maximize").directions == ("maximize",)
+    assert keras_spec(["accuracy", "my_score"], directions=["maximize", "minimize"]).directions == (
+        "maximize",
+        "minimize",
+    )
+
+
+def test_a_kept_model_stands_in_only_for_a_trial_whose_compiled_loss_and_metric_are_its_own(digits):
+    """A loss and a metric whose parameter is not in their get_config(): a later trial on the worker with other
+    values trains and scores with its own objects, as a fresh model would; with the same values it still reuses."""
+    import keras
+
+    class FocalLoss(keras.losses.Loss):
+        def __init__(self, gamma, name="focal_loss", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.gamma = gamma
+
+        def call(self, y_true, y_pred):
+            crossentropy = keras.losses.sparse_categorical_crossentropy(y_true, y_pred)
+            return crossentropy * (1 - keras.ops.exp(-crossentropy)) ** self.gamma
+
+    class ScaledCrossentropy(keras.metrics.Mean):
+        def __init__(self, scale, name="scaled_crossentropy_metric", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.scale = scale
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            values = keras.losses.sparse_categorical_crossentropy(y_true, y_pred) * self.scale
+            return super().update_state(values, sample_weight=sample_weight)
+
+    built = []
+
+    def build(params, input_shape, n_classes):
+        model = make_mlp(SMALL_MLP["mlp"], input_shape, n_classes, rescale=1 / 16)
+        model.compile(optimizer="adam", loss=FocalLoss(params["gamma"]), metrics=[ScaledCrossentropy(params["scale"])])
+        built.append(model)
+        return model
+
+    def trial(gamma, scale, fresh=False):
+        """(fold scores, how many of the models built for the trial were trained)."""
+        if fresh:
+            _keras_reuse.kept_model.clear()  # nothing an earlier trial traced
+        spec = StudySpec(
+            name="reuse-objects",  # one name: the same fold seeds for every trial here
+            dataset="sklearn:digits",
+            space={"gamma": gamma, "scale": scale},
+            cv=2,
+            metric="scaled_crossentropy_metric",
+            direction="minimize",
+            model=KerasModel(build, epochs=2, batch_size=64),
+        )
+        first = len(built)
+        attrs = run(spec, digits).user_attrs
+        trained = sum(int(model.optimizer.iterations.numpy()) > 0 for model in built[first:])
+        return [attrs[f"split{k}_test_score"] for k in range(2)], trained
+
+    trial(2.0, 1.0, fresh=True)
+    other_gamma, trained_for_gamma = trial(0.0, 1.0)
+    assert other_gamma == pytest.approx(trial(0.0, 1.0, fresh=True)[0], abs=1e-6), "trained with gamma 2"
+    other_scale, trained_for_scale = trial(0.0, 3.0)
+    assert other_scale == pytest.approx(trial(0.0, 3.0, fresh=True)[0], abs=1e-6), "scored with scale 1"
+    assert other_scale == pytest.approx([3 * score for score in other_gamma], rel=1e-4)
+    assert (trained_for_gamma, trained_for_scale) == (1, 1)  # a model of their own, reused by their second fold
+    assert trial(0.0, 3.0)[1] == 0, "the same loss and metric: the kept model stands in"

@@ -11,7 +11,9 @@ Defaults (each can be overridden):
 - metric: None means the estimator's own `score` for SklearnModel (like cross_validate's scoring=None),
   the compiled loss ("loss") for KerasModel, and whatever the function returns ("score") for CustomLoop.
 - direction: "minimize" for losses and errors ("loss", "*_loss", "*_error", "mse", "mae", ...; not the
-  scikit-learn "neg_*" scorers), "maximize" for everything else. Set it explicitly when that guess is wrong.
+  scikit-learn "neg_*" scorers), "maximize" for everything else; a Keras metric's comes from what it is
+  (tlsearch.models._keras_metrics), and a Keras name it does not know must be given one. Set it explicitly when
+  that guess is wrong.
 - sampler: `optuna.samplers.TPESampler(seed=seed)`; a function `seed -> sampler` is called once with `seed`.
   Every trial samples with a copy of the study's sampler whose random state is seeded from `seed`, the study and
   the trial number (what the sampler built from its seed, e.g. a grid's order, is the study's); pruner: `tlsearch.pruners.KFoldPruner()` (prunes between
@@ -39,6 +41,7 @@ from tlsearch._text import name_problem
 from tlsearch.cv import AutoKFold, Holdout
 from tlsearch.errors import TLSearchError
 from tlsearch.models import CustomLoop, KerasModel, ModelKind, SklearnModel
+from tlsearch.models._keras_metrics import keras_metric_direction
 from tlsearch.pruners import KFoldPruner
 from tlsearch.spec_checks import StudySpecError, is_int, require
 
@@ -375,6 +378,8 @@ def _default_direction(metric: Any, model: Any) -> str:
     name = _metric_name(metric, model).lower()
     if model.metrics_are_scorers or not isinstance(metric, (str, type(None))) or name in get_scorer_names():
         return "maximize"  # scikit-learn scorers: greater is better
+    if model.framework == "keras":
+        return keras_metric_direction(name)
     minimized = (
         name in _MINIMIZED_NAMES or name.endswith(("_loss", "_error", "_crossentropy")) or name.startswith("val_loss")
     )

@@ -238,7 +238,9 @@ def _verify(args) -> int:
         with _progress(f"verify {info.ref}", stored_size(info)) as bar:
             store.verify(info.ref, progress=bar.update)
         echo(f"{info.ref}: stored copy ok ({_size(store.stats.bytes_received)} read, sha256 {info.hash[:12]})")
-        state = HostCache(args.settings.cache_dir).verify(store, info.ref)
+        cache = HostCache(args.settings.cache_dir)
+        state = cache.verify(store, info.ref)
+        checked, damaged = cache.verify_folds(store, info.ref)
     echo(
         {
             "absent": "  not in this host's cache",
@@ -246,6 +248,10 @@ def _verify(args) -> int:
             "healed": "  this host's cached copy was damaged: fetched again",
         }[state]
     )
+    for what in damaged:
+        echo(f"  this host's {what} was damaged: removed, made again when next used")
+    if checked and not damaged:
+        echo(f"  this host's fold plans and layouts ok ({checked})")
     return 0
 
 

@@ -14,11 +14,15 @@ opening compares those (a few stat calls) instead of re-hashing, which would cos
 trial and fold. A file that was truncated, rewritten or replaced no longer matches and is re-hashed, and
 fetched again if the hash differs. Damage that keeps size and mtime (bit rot) is caught by
 `open(..., verify=True)` or `tlsearch dataset verify`, which re-hash everything.
+Fold plans and fold layouts, which decide which rows a fold trains on, are checked harder: a plan's indices
+are re-hashed against the plan's hash, and a layout's files against the sha256 its marker recorded when it was
+written, once per process and file set (and on `verify`); a damaged one is fetched or laid out again.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -52,6 +56,10 @@ MARKER = "verified.json"
 DOWNLOAD_LOG = "downloads.log"
 _PROGRESS_MIN_BYTES = 64 << 20
 _STALE_TMP_SECONDS = 6 * 3600
+_HASH_PIECE_BYTES = 4 << 20
+
+# Layout folders whose files this process has re-hashed, by (folder, marker's mtime): checked once per process.
+_checked_layouts: set[tuple[str, int]] = set()
 
 
 @dataclass(frozen=True)
@@ -117,17 +125,50 @@ class HostCache:
         return Dataset(info, arrays, folder, lock, self._open_layout)
 
     def verify(self, store: DatasetStore, ref: str) -> str:
-        """Re-hash this host's copy of `ref`: "absent" (not cached), "ok", or "healed" (fetched again)."""
+        """Re-hash this host's copy of `ref`'s arrays: "absent" (not cached), "ok", or "healed" (fetched again).
+        `verify_folds` checks its fold plans and layouts."""
         info = store.info(ref)
         folder = self._data(info.hash)
         if not folder.is_dir():
             return "absent"
         with FileLock(str(self._lock_path(f"{info.hash}.download"))):
-            if _rehash_matches(folder, info):
+            intact = _rehash_matches(folder, info)
+            if intact:
                 _write_marker(folder, info.hash, [f"{name}.npy" for name in info.arrays])
-                return "ok"
+        if intact:
+            return "ok"
         self.open(store, ref, verify=True).close()
         return "healed"
+
+    def verify_folds(self, store: DatasetStore, ref: str) -> tuple[int, list[str]]:
+        """Re-hash this host's fold plans and fold layouts of `ref`, and remove those that do not match (they are
+        fetched or laid out again when next used): (how many were checked, what was removed, one line each)."""
+        content_hash = store.info(ref).hash
+        layouts = sorted((self.root / "layouts" / content_hash).glob("*"))
+        plans = [folder for folder in sorted((self.root / "plans").glob("*")) if _plan_owner(folder) == content_hash]
+        damaged = []
+        for folder in layouts:
+            with FileLock(str(self._lock_path(f"layout-{folder.name}.lock"))):
+                if not _layout_intact(folder, folder.name):
+                    log.warning(
+                        "fold layout %s in %s is damaged: removed, laid out again when next used",
+                        folder.name[:12],
+                        folder,
+                    )
+                    self._remove(folder)
+                    damaged.append(f"fold layout {folder.name[:12]}")
+        for folder in plans:
+            if _load_plan(folder) is None:
+                log.warning(
+                    "cached fold plan %s in %s is damaged: removed, fetched again when next used",
+                    folder.name[:12],
+                    folder,
+                )
+                with FileLock(str(self._lock_path(f"plan-{folder.name}.lock"))):
+                    self._remove(folder)
+                self._plans.pop(folder.name, None)
+                damaged.append(f"fold plan {folder.name[:12]}")
+        return len(layouts) + len(plans), damaged
 
     def _fill(self, store: DatasetStore, info: DatasetInfo, folder: Path, names: list[str], full_check: bool) -> None:
         with FileLock(str(self._lock_path(f"{info.hash}.download"))):
@@ -212,9 +253,13 @@ class HostCache:
             return plan
         folder = confined(self.root / "plans", check_sha256(plan_hash, "fold plan hash"))
         required = ["plan.json", "indices.npy"]
-        if not _marker_ok(folder, plan_hash, required):
+        plan = _load_plan(folder) if _marker_ok(folder, plan_hash, required) else None
+        if plan is None:
             with FileLock(str(self._lock_path(f"plan-{plan_hash}.lock"))):
-                if not _marker_ok(folder, plan_hash, required):
+                plan = _load_plan(folder) if _marker_ok(folder, plan_hash, required) else None
+                if plan is None and folder.exists():
+                    log.warning("cached fold plan %s in %s is damaged; fetching it again", plan_hash[:12], folder)
+                if plan is None:
                     plan = store.get_fold_plan(plan_hash)  # checked against its hash
                     if plan.hash != plan_hash:
                         raise DatasetCorruptedError(
@@ -228,17 +273,21 @@ class HostCache:
                         self._replace(folder, tmp)
                     finally:
                         shutil.rmtree(tmp, ignore_errors=True)
-        document = json.loads((folder / "plan.json").read_text())
-        plan = FoldPlan.from_stored(document, np.load(folder / "indices.npy", mmap_mode="r"), check=False)
+                    plan = _load_plan(folder)
+        if plan is None or plan.hash != plan_hash:
+            raise DatasetCorruptedError(f"cached fold plan {plan_hash[:12]} in {folder} cannot be read back: delete it")
         self._plans[plan_hash] = plan
         return plan
 
     def _open_layout(self, dataset: Dataset, plan: FoldPlan) -> tuple[FoldLayout, dict[str, np.ndarray]]:
         folder = self.root / "layouts" / dataset.info.hash / plan.hash
-        if not _marker_ok(folder, plan.hash, ["layout.json"]):
+        if not _marker_ok(folder, plan.hash, ["layout.json"]) or _marker_key(folder) not in _checked_layouts:
             with FileLock(str(self._lock_path(f"layout-{plan.hash}.lock"))):
-                if not _marker_ok(folder, plan.hash, ["layout.json"]):
+                if not _marker_ok(folder, plan.hash, ["layout.json"]) or not _layout_intact(folder, plan.hash):
+                    if folder.exists():
+                        log.warning("fold layout %s in %s is damaged; laying it out again", plan.hash[:12], folder)
                     self._write_layout(dataset, plan, folder)
+                _checked_layouts.add(_marker_key(folder))
         document = json.loads((folder / "layout.json").read_text())
         layout = FoldLayout.from_document(document, np.load(folder / "order.npy", mmap_mode="r"))
         arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in document["arrays"]}
@@ -263,7 +312,8 @@ class HostCache:
                     del target, source
                     names.append(name)
             (tmp / "layout.json").write_text(json.dumps({**layout.to_document(), "arrays": names}))
-            _write_marker(tmp, plan.hash, ["layout.json", "order.npy", *(f"{n}.npy" for n in names)])
+            files = ["layout.json", "order.npy", *(f"{n}.npy" for n in names)]
+            _write_marker(tmp, plan.hash, files, digests={name: _file_sha256(tmp / name) for name in files})
             self._replace(folder, tmp)
         except OSError as error:
             _raise_if_disk_full(error, self.root, f"laying out {dataset.info.ref} for fold plan {plan.hash[:12]}")
@@ -377,6 +427,13 @@ class HostCache:
         os.rename(new, target)
         shutil.rmtree(trash, ignore_errors=True)
 
+    def _remove(self, target: Path) -> None:
+        """Remove folder `target` atomically; processes that mapped its files keep reading them."""
+        trash = self._new_tmp()
+        if target.exists():
+            os.rename(target, trash / "0")
+        shutil.rmtree(trash, ignore_errors=True)
+
 
 def _raise_if_disk_full(error: OSError, root: Path, doing: str) -> None:
     """Turn a full disk (or quota) into one line that says where and what to do; nothing is left half-written."""
@@ -406,14 +463,70 @@ def _marker_ok(folder: Path, key: str, required: Iterable[str]) -> bool:
     return True
 
 
-def _write_marker(folder: Path, key: str, names: Iterable[str]) -> None:
+def _write_marker(folder: Path, key: str, names: Iterable[str], digests: dict[str, str] | None = None) -> None:
+    """Record each file's size and mtime (and, given `digests`, its sha256) in `folder`'s marker."""
     files = {}
     for name in names:
         stat = os.stat(folder / name)
         files[name] = [stat.st_size, stat.st_mtime_ns]
+    marker = {"key": key, "files": files, "verified_at": time.time()}
+    if digests is not None:
+        marker["sha256"] = digests
     tmp = folder / f".{MARKER}.{uuid.uuid4().hex}"
-    tmp.write_text(json.dumps({"key": key, "files": files, "verified_at": time.time()}))
+    tmp.write_text(json.dumps(marker))
     os.replace(tmp, folder / MARKER)
+
+
+def _marker_key(folder: Path) -> tuple[str, int]:
+    """Which marker `folder` has now (it changes when the folder is written again): (folder, marker's mtime)."""
+    try:
+        return str(folder), os.stat(folder / MARKER).st_mtime_ns
+    except OSError:
+        return str(folder), -1
+
+
+def _layout_intact(folder: Path, key: str) -> bool:
+    """True when `folder` holds the layout for plan `key` and every file it lists has the sha256 recorded when it
+    was written (a layout written before layouts carried hashes is not intact: it is laid out again)."""
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    digests = marker.get("sha256") if isinstance(marker, dict) else None
+    if not isinstance(digests, dict) or not _marker_ok(folder, key, ["layout.json", "order.npy", *digests]):
+        return False
+    try:
+        return set(digests) == set(marker["files"]) and all(
+            _file_sha256(folder / name) == digest for name, digest in digests.items()
+        )
+    except OSError:
+        return False
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while piece := file.read(_HASH_PIECE_BYTES):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+def _plan_owner(folder: Path) -> str | None:
+    """The dataset hash a cached fold plan was made from, or None when its plan.json cannot be read."""
+    try:
+        return json.loads((folder / "plan.json").read_text())["dataset_hash"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _load_plan(folder: Path) -> FoldPlan | None:
+    """The cached fold plan in `folder`, its indices re-hashed against its hash; None when damaged or absent."""
+    try:
+        document = json.loads((folder / "plan.json").read_text())
+        plan = FoldPlan.from_stored(document, np.load(folder / "indices.npy", mmap_mode="r", allow_pickle=False))
+    except (OSError, ValueError, DatasetCorruptedError):
+        return None
+    return plan if plan.hash == folder.name else None
 
 
 def _map_arrays(folder: Path, info: DatasetInfo) -> dict[str, np.ndarray]:

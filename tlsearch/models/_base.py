@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import random
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -34,7 +35,8 @@ class Fold:
     """One fold's rows, already read from the dataset (only these rows are in memory).
 
     index is the 0-based fold number; seed is the fold's seed, derived from (study seed, study name,
-    trial number, index); sample_weight holds the training rows' weights, or None; trial_number is the
+    trial number, index); random and numpy_random are the fold's own generators (a random.Random and a NumPy
+    Generator seeded with it, unless given), which no other thread draws from; sample_weight holds the training rows' weights, or None; trial_number is the
     trial's number. epoch_hook, where the study prunes on epochs (tlsearch.pruners.epoch_hook), is called by
     trainers that train in epochs after each epoch as `epoch_hook(epoch, max_epochs, score_now)`: epoch is
     1-based, score_now() returns the model's first metric on the validation rows now; it may raise
@@ -50,6 +52,14 @@ class Fold:
     sample_weight: np.ndarray | None = None
     trial_number: int | None = None
     epoch_hook: Callable[[int, int, Callable[[], float]], None] | None = None
+    random: random.Random = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    numpy_random: np.random.Generator = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.random is None:
+            self.random = random.Random(self.seed)
+        if self.numpy_random is None:
+            self.numpy_random = np.random.default_rng(self.seed)
 
     @property
     def x_valid(self) -> np.ndarray:

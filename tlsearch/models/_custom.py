@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tlsearch.models._base import Fold, FoldResult, FoldTrainer, ModelKind, SpecView
+from tlsearch.models._fold_random import seed_thread
 from tlsearch.spec_checks import require
 
 
@@ -27,8 +27,7 @@ class CustomLoopTrainer(FoldTrainer):
         def report(value: float, step: int) -> None:
             curve.append([int(step), float(value)])
 
-        random.seed(fold.seed)
-        np.random.seed(fold.seed)
+        seed_thread(fold.seed)
         started = time.perf_counter()
         returned = self._loop.fn(params, fold, report)
         fit_time = time.perf_counter() - started
@@ -48,8 +47,7 @@ class CustomLoopTrainer(FoldTrainer):
             raise TypeError(
                 "this study's CustomLoop has no refit function: give CustomLoop(fn, refit=...) to train a final model"
             )
-        random.seed(seed)
-        np.random.seed(seed)
+        seed_thread(seed)
         return self._loop.refit(params, X, y)
 
 
@@ -57,8 +55,10 @@ class CustomLoopTrainer(FoldTrainer):
 class CustomLoop(ModelKind):
     """Your own training loop: `fn(params, fold, report) -> score` (a list of scores when multi-objective).
 
-    `fold` has x_train, y_train, x_validation, y_validation, index (0-based fold number), seed and sample_weight
-    (the training rows' weights or None). The arrays are read-only views of this host's dataset cache:
+    `fold` has x_train, y_train, x_validation, y_validation, index (0-based fold number), seed, sample_weight
+    (the training rows' weights or None), and the fold's own generators `random` (a `random.Random`) and
+    `numpy_random` (a NumPy `Generator`), seeded from its seed: draw from these, not from the global `random`
+    or `np.random`, which are seeded per fold too but shared with other threads of a worker (Dask's among them). The arrays are read-only views of this host's dataset cache:
     copy them (`np.array(fold.x_train)`) before changing them in place. `report(value, step)` records a
     point of the fold's learning curve (kept as the trial's user attribute `split{index}_curve`). `refit(params, X, y)`, if given,
     trains a final model on all rows for `tlsearch.models.fit_full`.

@@ -12,6 +12,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from tlsearch.models._fold_random import seed_thread
+
 _keras_ready = False
 _import_lock = threading.Lock()  # the worker set-up imports Keras in a thread of its own
 _kernels_lock = threading.Lock()
@@ -68,7 +70,8 @@ def _prepare_backend() -> None:
 
 def set_random_seed(keras: Any, seed: int) -> None:
     """keras.utils.set_random_seed(seed) (Python, NumPy, Keras and TensorFlow's global seed), keeping TensorFlow's
-    eager kernel cache.
+    eager kernel cache, and Keras' default seeds drawn in this thread from a stream of its own
+    (`_fold_random.seed_thread`: Dask's event-loop thread draws from Python's global stream meanwhile).
 
     tf.random.set_seed clears that cache, so that the counters of stateful random kernels restart, and with it
     every instantiated function: the next fit and evaluate instantiate their traced functions and input
@@ -78,6 +81,7 @@ def set_random_seed(keras: Any, seed: int) -> None:
     eagerly (tf.random.uniform outside a model, with no seed) carry on from an earlier fold instead of restarting."""
     with _tensorflow_kernels_kept(keras):
         keras.utils.set_random_seed(seed)
+    seed_thread(seed)
 
 
 def clear_session(keras: Any, keep_kernels: bool) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tlsearch.models._base import Fold, FoldResult, FoldTrainer, ModelKind, SpecView
+from tlsearch.models._fold_random import seed_thread
 from tlsearch.spec_checks import require
 
 Scorer = Callable[[Any, np.ndarray, np.ndarray], float]
@@ -38,8 +38,7 @@ class SklearnTrainer(FoldTrainer):
 
     def _new_estimator(self, params: dict, seed: int) -> Any:
         # Estimators left with random_state=None draw from NumPy's global generator: seed it per fold.
-        random.seed(seed)
-        np.random.seed(seed)
+        seed_thread(seed)
         estimator = self._factory(params)
         if not callable(getattr(estimator, "fit", None)):
             raise TypeError(f"SklearnModel.factory returned {type(estimator).__name__}, which has no fit method")
