@@ -181,3 +181,21 @@ def test_a_full_filesystem_gives_one_line_and_keeps_the_previous_report(tmp_path
     assert line.startswith(f"tlsearch: error: cannot write {out}: no space left on the device (")
     assert out.read_text() == "the previous report\n"
     assert sorted(p.name for p in small_tmpfs.iterdir()) == ["report.html"]
+
+
+def test_a_link_planted_at_the_host_caches_download_log_is_refused(tmp_path):
+    import numpy as np
+
+    from tlsearch._files import SymlinkRefusedError
+    from tlsearch.data import HostCache
+
+    store = Stores(home=tmp_path / "home").dataset_store()
+    store.push("d", {"X": np.zeros((4, 2)), "y": np.array([0, 1, 0, 1])})
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    target = tmp_path / "victim"
+    target.write_text("untouched")
+    (cache / "downloads.log").symlink_to(target)
+    with pytest.raises(SymlinkRefusedError, match="downloads.log"):
+        HostCache(cache).open(store, "d")
+    assert target.read_text() == "untouched"

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
+from tlsearch._files import open_no_follow, write_file, write_to
 from tlsearch.config import Settings
 from tlsearch.data._dataset import Dataset
 from tlsearch.data._errors import DatasetCorruptedError, DatasetError
@@ -231,9 +232,10 @@ class HostCache:
                 "at": time.time(),
             }
         )
-        fd = os.open(self.root / DOWNLOAD_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        path = self.root / DOWNLOAD_LOG
+        fd = open_no_follow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # a planted link is refused
         try:
-            os.write(fd, (line + "\n").encode())
+            write_to(fd, (line + "\n").encode(), path)
         finally:
             os.close(fd)
 
@@ -472,9 +474,7 @@ def _write_marker(folder: Path, key: str, names: Iterable[str], digests: dict[st
     marker = {"key": key, "files": files, "verified_at": time.time()}
     if digests is not None:
         marker["sha256"] = digests
-    tmp = folder / f".{MARKER}.{uuid.uuid4().hex}"
-    tmp.write_text(json.dumps(marker))
-    os.replace(tmp, folder / MARKER)
+    write_file(folder / MARKER, json.dumps(marker))
 
 
 def _marker_key(folder: Path) -> tuple[str, int]:

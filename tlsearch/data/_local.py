@@ -19,6 +19,7 @@ from typing import BinaryIO
 import numpy as np
 from filelock import FileLock
 
+from tlsearch._files import write_file
 from tlsearch.data._errors import DatasetCorruptedError, DatasetNotFoundError, FoldPlanNotFoundError
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._info import DatasetInfo, parse_ref
@@ -169,9 +170,7 @@ class LocalDatasetStore(DatasetStore):
 
     def _write_json(self, path: Path, document: dict) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-        tmp.write_text(json.dumps(document, indent=1))
-        os.replace(tmp, path)
+        write_file(path, json.dumps(document, indent=1))
 
     # -- delete ------------------------------------------------------------------------------------------
     def delete(self, ref: str, *, all_versions: bool = False) -> list[DatasetInfo]:
