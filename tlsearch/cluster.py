@@ -268,8 +268,11 @@ class WorkerExits(distributed.diagnostics.plugin.NannyPlugin):
 
     def setup(self, nanny: distributed.Nanny) -> None:
         # Dask offers no hook for a worker's exit: wrap the nanny's own callback, for the running process
-        # (which holds a reference to it) and for those the nanny starts later.
-        on_exit = nanny._on_worker_exit_sync
+        # (which holds a reference to it) and for those the nanny starts later. Without it (another Dask
+        # version), deaths are reported without their exit code.
+        on_exit = getattr(nanny, "_on_worker_exit_sync", None)
+        if on_exit is None:
+            return
 
         def report_exit(exitcode: int) -> None:
             if nanny.status == distributed.core.Status.running:  # not when the nanny itself is closing
