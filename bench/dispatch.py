@@ -13,6 +13,7 @@ tlsearch's throughput against the hand-written loop's. Targets: <= 20 ms CPU a t
 workers, >= 0.95x the hand-written loop at every width.
 
 Usage: python bench/dispatch.py [--widths 1,2,4,8] [--trials-per-worker 4] [--repeats 3] [--stores journal,mongo]
+       python bench/dispatch.py --tls-cost [--widths 2]: the same trials on a plain and a mutual-TLS local cluster
 """
 
 from __future__ import annotations
@@ -175,15 +176,50 @@ def run_optuna(width: int, n_trials: int, home: Path, tag: str) -> tuple[float, 
     return time.perf_counter() - started, overhead_per_trial(study)
 
 
+def tls_cost(widths: list[int], trials_per_worker: int, repeats: int, stores: Stores) -> None:
+    """Print tlsearch's throughput on a LocalCluster with throw-away mutual TLS (what `tlsearch run` starts,
+    `cluster.local_security`) against the same cluster in plain TCP, runs taking turns."""
+    print(f"\n{'workers':>7} {'trials':>6} | {'plain/s':>8} {'TLS/s':>8} {'TLS cost':>8}")
+    for width in widths:
+        n_trials = trials_per_worker * width
+        walls = {}
+        for name, security in (("plain", None), ("tls", cluster.local_security())):
+            with (
+                dask.config.set(cluster.LOCAL_CLUSTER_CONFIG),
+                distributed.LocalCluster(
+                    n_workers=width,
+                    threads_per_worker=1,
+                    processes=True,
+                    host=cluster.LOOPBACK,
+                    dashboard_address=None,
+                    protocol="tls" if security else None,
+                    security=security,
+                    silence_logs=logging.ERROR,
+                ) as local_cluster,
+                distributed.Client(local_cluster, security=security) as client,
+            ):
+                run_ours(width, width, stores, client, f"{name}-warmup")
+                walls[name] = statistics.median(
+                    run_ours(width, n_trials, stores, client, f"{name}-{r}")[0] for r in range(repeats)
+                )
+        plain, tls = n_trials / walls["plain"], n_trials / walls["tls"]
+        print(f"{width:>7} {n_trials:>6} | {plain:>8.2f} {tls:>8.2f} {1 - tls / plain:>8.1%}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--widths", default="1,2,4,8")
     parser.add_argument("--trials-per-worker", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3, help="runs per width and engine; medians are printed")
     parser.add_argument("--stores", default="journal,mongo", help="tlsearch's study stores to run on")
+    parser.add_argument("--tls-cost", action="store_true", help="only compare plain and TLS local clusters")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     widths = [int(w) for w in args.widths.split(",")]
+    if args.tls_cost:
+        with tempfile.TemporaryDirectory() as tmp:
+            tls_cost(widths, args.trials_per_worker, args.repeats, Stores(home=Path(tmp)))
+        return
     kinds = args.stores.split(",")
 
     rows = []

@@ -178,6 +178,28 @@ def test_the_local_cluster_listens_on_loopback_only():
     assert listening and all(address.ip in ("127.0.0.1", "::1") for address in listening), listening
 
 
+@pytest.mark.slow
+def test_the_local_cluster_refuses_a_client_without_its_certificate():
+    """Another local account can reach the scheduler's port, but not connect: plain TCP, TLS without a
+    certificate and TLS with a certificate of its own are all refused; the driver's own client works."""
+    from tlsearch.cluster import ClusterOptions, connect
+
+    with connect(ClusterOptions(n_workers=1)) as client:
+        address = client.scheduler.address
+        assert address.startswith("tls://127.0.0.1:")
+        assert "127.0.0.1" in client.dashboard_link
+        assert client.submit(sum, [1, 2]).result(timeout=60) == 3
+        port = address.rsplit(":", 1)[1]
+        for target, security in (
+            (f"tcp://127.0.0.1:{port}", None),
+            (address, None),
+            (address, distributed.Security.temporary()),
+        ):
+            with pytest.raises(Exception):  # noqa: B017 (refused in whichever way the transport refuses it)
+                with distributed.Client(target, security=security, timeout="5s"):
+                    pass
+
+
 def test_worker_and_driver_find_the_scheduler_through_its_scheduler_file(tmp_path):
     from tlsearch import cli
 
@@ -223,3 +245,16 @@ def _stop(worker: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
+
+
+@pytest.mark.parametrize(
+    "exitcode, cause",
+    [
+        (3, "exit code 3"),
+        (-signal.SIGKILL, "SIGKILL: out of memory?"),
+        (-signal.SIGSEGV, "SIGSEGV"),
+        (None, "its worker process died (no exit code reported)"),
+    ],
+)
+def test_a_dead_workers_exit_code_reads_as_a_cause_a_user_can_act_on(exitcode, cause):
+    assert cluster.death_cause(exitcode) == cause

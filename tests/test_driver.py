@@ -124,7 +124,8 @@ def test_worker_killed_mid_trial_is_failed_and_retried(tmp_path):
     assert marker.exists()
     assert count(study, TrialState.COMPLETE) == 5
     failed = study.get_trials(states=(TrialState.FAIL,))
-    assert len(failed) == 1 and failed[0].user_attrs["error_type"] == "WorkerLost"
+    assert len(failed) == 1 and failed[0].user_attrs["error_type"] == "WorkerKilled"
+    assert failed[0].user_attrs["error_message"] == "its worker died under it: SIGKILL: out of memory?"
     retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == failed[0].number]
     assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
     assert retries[0].params == failed[0].params and "error_type" not in retries[0].user_attrs
@@ -271,3 +272,82 @@ study = tlsearch.StudySpec(name="kept", dataset="sklearn:iris", cv=3, n_trials=2
             rows = np.concatenate([kept[f"fold{k}_index"] for k in range(3)])
             assert sorted(rows.tolist()) == list(range(150))  # every row predicted once, out of fold
             assert all(kept[f"fold{k}_predictions"].shape == kept[f"fold{k}_index"].shape for k in range(3))
+
+
+# A driver killed between `ask` and its trial's first heartbeat: the hook is the first heartbeat itself.
+KILLED_BEFORE_FIRST_BEAT = """
+import os, signal, sys
+if __name__ == "__main__":
+    from tlsearch.dispatcher import Dispatcher
+    Dispatcher._beat = lambda self, trial_id: os.kill(os.getpid(), signal.SIGKILL)
+    from tlsearch.cli import main
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _killed_before_first_beat(tmp_path, study_file, *args) -> None:
+    """Run `tlsearch run` in a driver that dies right after `ask`, leaving one RUNNING trial with no heartbeat."""
+    script = tmp_path / "killed_driver.py"
+    script.write_text(KILLED_BEFORE_FIRST_BEAT)
+    command = [sys.executable, str(script), "run", str(study_file), "--home", str(tmp_path / "home")]
+    process = subprocess.Popen(
+        [*command, "--workers", "1", "--progress", "off", "--no-report", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=240)
+        assert process.returncode == -signal.SIGKILL, output
+    finally:
+        _kill_group(process)
+
+
+def _resumed_with_short_heartbeats(study_file, stores):
+    study = driver.run(load_study_file(study_file), stores=stores, n_workers=1, progress="off", resume=True)
+    [lost] = [t for t in study.trials if t.state == TrialState.FAIL]
+    assert lost.user_attrs["error_type"] == "DriverLost"
+    [retry] = [t for t in study.trials if t.system_attrs.get("failed_trial") == lost.number]
+    assert retry.state == TrialState.COMPLETE  # it samples: the driver died before the trial had parameters
+    assert count(study, TrialState.COMPLETE) == 2 and count(study, TrialState.RUNNING) == 0
+    return study
+
+
+@pytest.mark.slow
+def test_a_driver_killed_before_its_first_heartbeat_leaves_a_trial_that_resume_fails_and_retries(
+    tmp_path, mongo_uri, mongo_db_name
+):
+    study_file = write_study(tmp_path, n_trials=2)
+    _killed_before_first_beat(tmp_path, study_file, "--mongo", mongo_uri, "--database", mongo_db_name)
+    stores = Stores(mongo_uri, mongo_db_name, tmp_path / "home", heartbeat_interval=1, grace_period=2)
+    [left] = study_attrs.load(stores, "engine").trials
+    assert left.state == TrialState.RUNNING
+    _resumed_with_short_heartbeats(study_file, stores)  # before: resume waited for it forever
+
+
+@pytest.mark.slow
+def test_a_running_trial_copied_to_mongodb_is_failed_and_retried_on_resume(tmp_path, mongo_uri, mongo_db_name):
+    from tlsearch.cli import main
+
+    study_file = write_study(tmp_path, n_trials=2)
+    _killed_before_first_beat(tmp_path, study_file)
+    local = Stores(home=tmp_path / "home")
+    assert [t.state for t in study_attrs.load(local, "engine").trials] == [TrialState.RUNNING]
+    target = ["--to", mongo_uri, "--to-database", mongo_db_name]
+    assert main(["copy", "engine", "--home", str(tmp_path / "home"), *target]) == 0
+    stores = Stores(mongo_uri, mongo_db_name, tmp_path / "home", heartbeat_interval=1, grace_period=2)
+    _resumed_with_short_heartbeats(study_file, stores)
+
+
+@pytest.mark.slow
+def test_a_trial_that_calls_sys_exit_fails_as_its_own_error_and_its_worker_lives_on(tmp_path):
+    body = "if fold.trial_number == 0: import sys; sys.exit(2)"
+    spec = load_study_file(write_study(tmp_path, n_trials=3, body=body))
+    study = driver.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
+    exited = study.trials[0]
+    assert exited.state == TrialState.FAIL and exited.user_attrs["error_type"] == "SystemExit"
+    assert exited.user_attrs["error_message"].startswith("the trial called sys.exit(2)")
+    assert count(study, TrialState.COMPLETE) == 3 and len(study.trials) == 4, "not retried"
+    workers = {t.user_attrs["worker"] for t in study.trials[1:]}
+    assert len(workers) == 1, f"the worker process was replaced: {workers}"

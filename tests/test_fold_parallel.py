@@ -133,7 +133,7 @@ def test_a_worker_lost_under_one_fold_task_fails_the_trial_once_and_its_retry_co
     study = tlsearch.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
     assert marker.exists()
     failed, retry = study.trials
-    assert failed.state == TrialState.FAIL and failed.user_attrs["error_type"] == "WorkerLost"
+    assert failed.state == TrialState.FAIL and failed.user_attrs["error_type"] == "WorkerKilled"
     assert "split1_test_score" not in failed.user_attrs
     assert retry.state == TrialState.COMPLETE and retry.system_attrs["failed_trial"] == failed.number
     assert retry.params == failed.params and retry.user_attrs["fold_tasks"] == 2

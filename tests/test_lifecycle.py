@@ -246,3 +246,118 @@ def test_tied_best_trials_print_one_and_say_how_many_tie(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "3 trials tie for the best value" in out
     assert out.count("best trial #") == 1 and "best trial #0:" in out, out
+
+
+def _store_args(store, request, tmp_path) -> tuple[list[str], Stores]:
+    """`tlsearch run` options for the embedded default or the MongoDB test server, and the stores they name."""
+    if store == "local":
+        return ["--home", str(tmp_path / "home")], Stores(home=tmp_path / "home")
+    uri, database = request.getfixturevalue("mongo_uri"), request.getfixturevalue("mongo_db_name")
+    return ["--mongo", uri, "--database", database, "--home", str(tmp_path / "home")], Stores(
+        uri, database, tmp_path / "home"
+    )
+
+
+def _run(study_file, *args) -> int:
+    return cli.main(["run", str(study_file), "--progress", "log", "--no-report", *args])
+
+
+def _attempts(study) -> dict[int, list]:
+    """Each parameter set's attempts, in order, by the number of its first trial."""
+    chains: dict[int, list] = {}
+    for trial in study.trials:
+        chains.setdefault(trial.system_attrs.get("failed_trial", trial.number), []).append(trial)
+    return chains
+
+
+# Parameters that kill their worker: trial 0's (so the study surely has some) and x > 8 (10 % of the space).
+POISON = (
+    "first = {first!r}\n"
+    "    if fold.trial_number == 0 and not os.path.exists(first): open(first, 'w').write(repr(params['x']))\n"
+    "    if params['x'] > 8 or os.path.exists(first) and open(first).read() == repr(params['x']): os._exit(3)"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["local", "mongo"])
+def test_a_trial_that_kills_its_worker_is_retried_once_then_failed_and_the_others_are_unaffected(
+    tmp_path, store, request, capsys
+):
+    args, stores = _store_args(store, request, tmp_path)
+    study_file = write_study(tmp_path, n_trials=4, body=POISON.format(first=str(tmp_path / "first-x")))
+    assert _run(study_file, "--workers", "2", *args) == 0, capsys.readouterr().err
+    study = study_attrs.load(stores, "engine")
+    assert count(study, TrialState.COMPLETE) == 4
+    assert count(study, TrialState.RUNNING) == count(study, TrialState.WAITING) == 0
+    first_x = float((tmp_path / "first-x").read_text())
+    poisoned = {n: a for n, a in _attempts(study).items() if a[0].params["x"] > 8 or a[0].params["x"] == first_x}
+    assert 0 in poisoned
+    for attempts in _attempts(study).values():
+        if attempts[0].number not in poisoned:  # not failed as collateral of a worker that another trial killed
+            assert [t.state for t in attempts] == [TrialState.COMPLETE], [t.user_attrs for t in attempts]
+            continue
+        assert [t.state for t in attempts] == [TrialState.FAIL, TrialState.FAIL]  # once retried, then no more
+        assert [t.user_attrs["error_type"] for t in attempts] == ["WorkerKilled"] * 2
+        assert [t.user_attrs["error_message"] for t in attempts] == [
+            "its worker died under it: exit code 3",
+            "killed its worker twice: exit code 3",
+        ]
+        assert attempts[1].params == attempts[0].params
+
+
+HANGS = "if {condition}: import threading; threading.Event().wait()  # never returns"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["local", "mongo"])
+def test_a_trial_over_its_time_limit_fails_as_trial_timeout_and_frees_its_worker(tmp_path, store, request, capsys):
+    args, stores = _store_args(store, request, tmp_path)
+    study_file = write_study(tmp_path, n_trials=3, body=HANGS.format(condition="fold.trial_number == 0"))
+    # One worker: the study goes on only if the hung trial's worker is freed.
+    assert _run(study_file, "--workers", "1", "--trial-timeout", "10", *args) == 0, capsys.readouterr().err
+    study = study_attrs.load(stores, "engine")
+    hung = study.trials[0]
+    assert hung.state == TrialState.FAIL and hung.user_attrs["error_type"] == "TrialTimeout"
+    assert hung.user_attrs["error_message"] == "ran longer than 10 s"
+    assert not [t for t in study.trials if t.system_attrs.get("failed_trial") == 0], "a trial's own timeout"
+    assert count(study, TrialState.COMPLETE) == 3 and count(study, TrialState.RUNNING) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["local", "mongo"])
+def test_timeout_ends_a_run_whose_trials_never_return_and_loses_nothing(tmp_path, store, request, capsys, monkeypatch):
+    monkeypatch.setattr(dispatcher, "STOP_GRACE", 2.0)
+    args, stores = _store_args(store, request, tmp_path)
+    study_file = write_study(tmp_path, n_trials=3, body=HANGS.format(condition="True"))
+    code = _run(study_file, "--workers", "2", "--timeout", "1", *args)
+    err = capsys.readouterr().err
+    assert code == dispatcher.EXIT_CODES[dispatcher.NO_COMPLETE_TRIAL], err
+    assert "still running 2 s after the run was told to stop (timeout reached)" in err
+    _assert_interrupted_and_queued(study_attrs.load(stores, "engine"))
+
+
+def _assert_interrupted_and_queued(study) -> None:
+    """Every trial that was running is failed as Interrupted and its retry waits for the next resume."""
+    failed = study.get_trials(states=(TrialState.FAIL,))
+    assert failed and all(t.user_attrs["error_type"] == "Interrupted" for t in failed)
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert sorted(t.system_attrs["failed_trial"] for t in waiting) == sorted(t.number for t in failed)
+    assert count(study, TrialState.RUNNING) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["local", "mongo"])
+def test_one_sigterm_ends_a_run_whose_trials_never_return_and_loses_nothing(tmp_path, store, request):
+    args, stores = _store_args(store, request, tmp_path)
+    study_file = write_study(tmp_path, n_trials=3, body=HANGS.format(condition="True"))
+    process = _driver(tmp_path, study_file, *args)
+    try:
+        _wait_for_running(lambda: study_attrs.load(stores, "engine"), process)
+        os.killpg(process.pid, signal.SIGTERM)  # once, as Kubernetes and systemd do (then SIGKILL after 30 s)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        _kill_group(process)
+    assert process.returncode == 143, output
+    assert f"still running {dispatcher.STOP_GRACE:g} s after the run was told to stop" in output, output
+    assert "Traceback" not in output, output
+    _assert_interrupted_and_queued(study_attrs.load(stores, "engine"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import os
 import shutil
@@ -11,11 +12,15 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 
 import dask
 import distributed
+import distributed.core
+import distributed.diagnostics.plugin
 from distributed.comm import get_address_host, parse_address
+from optuna.trial import TrialState
 
 from tlsearch.errors import TLSearchError
 from tlsearch.stores import Stores, require_shared
@@ -69,6 +74,13 @@ def tls_security(
     )
 
 
+def local_security() -> distributed.Security:
+    """Mutual TLS with a throw-away certificate made for one local cluster: only this process (the driver,
+    the scheduler and the nannies it starts) holds it, so another local account that reaches the
+    scheduler's port cannot connect, and cannot run code as this user."""
+    return distributed.Security.temporary()
+
+
 @dataclasses.dataclass(frozen=True)
 class ClusterOptions:
     """Which Dask cluster runs the trials: `client` as given, else the scheduler at `scheduler`, else a new
@@ -91,8 +103,9 @@ def connect(options: ClusterOptions) -> Iterator[distributed.Client]:
 
     The local cluster has one single-threaded worker process per core (Keras keeps global state per
     process, so one trial runs at a time in each) and fails a task whose worker died at once, so the
-    driver can fail and retry that trial itself. It listens on 127.0.0.1 only (dashboard included);
-    `security` (see `tls_security`) encrypts and authenticates every connection.
+    driver can fail and retry that trial itself. It listens on 127.0.0.1 only (dashboard included), and
+    every connection to it is mutual TLS: with `security` (see `tls_security`), or else throw-away
+    certificates only this process holds (`local_security`).
     """
     client, scheduler, n_workers, security = options.client, options.scheduler, options.n_workers, options.security
     if client is not None:
@@ -116,6 +129,7 @@ def connect(options: ClusterOptions) -> Iterator[distributed.Client]:
     if not log.isEnabledFor(logging.DEBUG):  # the scheduler and nannies run in this process; keep the terminal quiet
         logging.getLogger("distributed").setLevel(logging.ERROR)
     quiet = logging.DEBUG if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL  # no shutdown tracebacks
+    security = security or local_security()
     with dask.config.set(LOCAL_CLUSTER_CONFIG), _local_cluster(n_workers, quiet, security) as cluster:
         with distributed.Client(cluster, security=security) as local:
             yield local
@@ -211,6 +225,97 @@ class DatasetPrefetch(distributed.WorkerPlugin):
             _open_dataset(self.stores, self.dataset_ref)
         except Exception as error:  # the trial that needs it will report the error
             log.warning("prefetching dataset %s failed: %s", self.dataset_ref, error)
+
+
+class StudyDefinition(distributed.WorkerPlugin):
+    """The packed study definition (`trial_task.pack_spec`), held by every worker: the scheduler gives a
+    plugin to each worker that joins or restarts, so no worker's death loses it (data scattered to workers
+    can be lost: Dask's memory manager keeps a single replica)."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+        self.name = f"tlsearch-spec-{hashlib.sha256(payload).hexdigest()[:16]}"
+
+    def setup(self, worker: distributed.Worker) -> None:
+        pass
+
+
+def run_trial_task(job, definition: str):
+    """The task the driver submits for each trial: `trial_task.run_trial` with the study definition that the
+    worker plugin named `definition` holds. A trial that calls `sys.exit` fails like one that raises."""
+    from tlsearch.trial_task import TrialOutcome, run_trial
+
+    try:
+        return run_trial(job, distributed.get_worker().plugins[definition].payload)
+    except SystemExit as exit:  # would stop the worker process, and every trial that later lands on it
+        return TrialOutcome(
+            TrialState.FAIL,
+            error={
+                "error_type": "SystemExit",
+                "error_message": f"the trial called sys.exit({exit.code!r}); raise an exception to fail a trial",
+            },
+        )
+
+
+WORKER_EXITS = "tlsearch-worker-exits"  # the scheduler's event topic: {"worker": address, "exitcode": int}
+
+
+class WorkerExits(distributed.diagnostics.plugin.NannyPlugin):
+    """Each nanny reports to the scheduler how its worker process ended (exit code, or minus the signal)
+    before it starts a new one, so the driver can say why a trial's worker died (`death_cause`)."""
+
+    name = "tlsearch-worker-exits"
+
+    def setup(self, nanny: distributed.Nanny) -> None:
+        # Dask offers no hook for a worker's exit: wrap the nanny's own callback, for the running process
+        # (which holds a reference to it) and for those the nanny starts later. Without it (another Dask
+        # version), deaths are reported without their exit code.
+        on_exit = getattr(nanny, "_on_worker_exit_sync", None)
+        if on_exit is None:
+            return
+
+        def report_exit(exitcode: int) -> None:
+            if nanny.status == distributed.core.Status.running:  # not when the nanny itself is closing
+                nanny.log_event(WORKER_EXITS, {"worker": nanny.worker_address, "exitcode": exitcode})
+            on_exit(exitcode)
+
+        nanny._on_worker_exit_sync = report_exit
+        if nanny.process is not None:
+            nanny.process.on_exit = report_exit
+
+
+def worker_exit_code(client: distributed.Client, address: str, timeout: float = 10.0) -> int | None:
+    """How the worker at `address` ended, as its nanny reported it (`WorkerExits`); None if no report came
+    within `timeout` seconds (no nanny, or a nanny without the plugin)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for _, event in reversed(client.get_events(WORKER_EXITS)):
+            if event.get("worker") == address:
+                return int(event["exitcode"])
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)
+
+
+def death_cause(exitcode: int | None) -> str:
+    """What a user can act on, from a worker process's exit code (minus the signal that killed it)."""
+    if exitcode is None:
+        return "its worker process died (no exit code reported)"
+    if exitcode >= 0:
+        return f"exit code {exitcode}"
+    name = signal.Signals(-exitcode).name if -exitcode in signal.valid_signals() else f"signal {-exitcode}"
+    return f"{name}: out of memory?" if -exitcode == signal.SIGKILL else name
+
+
+def restart_now(client: distributed.Client, workers: list[str]) -> None:
+    """Stop the worker processes at `workers` at once, whatever they run; their nannies start new ones.
+    (`Client.restart_workers` first waits for the running task to end: a hung one never does.)"""
+    if not workers:
+        return
+    try:
+        client.run(os._exit, 1, workers=workers, on_error="return")
+    except Exception as error:  # the reply never comes: the process is gone
+        log.debug("stopping workers %s: %s", workers, error)
 
 
 def visible_gpus() -> list[str]:

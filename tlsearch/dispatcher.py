@@ -27,25 +27,31 @@ from tlsearch import _optuna_compat as compat
 from tlsearch import cluster, fold_tasks, study_attrs
 from tlsearch.data import HostCache
 from tlsearch.progress import Progress
-from tlsearch.retries import fail_abandoned_trials, fail_and_retry
+from tlsearch.retries import fail_abandoned_trials, fail_and_retry, worker_deaths
 from tlsearch.seeds import derive_seed
 from tlsearch.storage._slots import TrialSlots
-from tlsearch.trial_task import TrialJob, TrialOutcome, pack_spec, run_trial
+from tlsearch.trial_task import TrialJob, TrialOutcome, pack_spec
 
 log = logging.getLogger(__name__)
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 STOP_CHECK_INTERVAL = 1.0  # seconds between reads of the study's stop flag (`tlsearch stop`)
+# After SIGTERM, or once `timeout` is reached, running trials get this long to finish; then they are failed
+# and retried on resume. Kubernetes and systemd send SIGKILL 30 s after SIGTERM by default: the cluster
+# must still be shut down within that.
+STOP_GRACE = 15.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
     """When a run ends: `n_trials` complete or pruned trials in total (counting earlier ones), or `timeout`
-    seconds (either may be None, not both); `parallelism` trials in flight (default: the cluster's capacity)."""
+    seconds (either may be None, not both); `parallelism` trials in flight (default: the cluster's capacity);
+    `trial_timeout` seconds at most per trial (None: no limit)."""
 
     n_trials: int | None = None
     timeout: float | None = None
     parallelism: int | None = None
+    trial_timeout: float | None = None
 
 
 # Why a run ended, and the exit code `tlsearch run` / `resume` return for it (README: "Faults, stopping and resuming").
@@ -82,6 +88,9 @@ class Dispatcher:
         attrs = study_attrs.read(study)
         self.dataset_hash, self.fold_plan_hash = attrs[study_attrs.DATASET_HASH], attrs[study_attrs.FOLD_PLAN]
         self.n_trials, self.timeout, self.interrupts = budget.n_trials, budget.timeout, interrupts
+        self.trial_timeout = budget.trial_timeout
+        self._started: dict[distributed.Future, float] = {}  # task -> when first seen on a worker (monotonic)
+        self._stop_deadline = math.inf  # when trials still running are failed (STOP_GRACE after SIGTERM, timeout)
         self.parallelism = budget.parallelism or max(
             1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
         )
@@ -93,8 +102,9 @@ class Dispatcher:
         self.slots = TrialSlots(compat.storage_of(study), compat.study_id(study))
         self.stop_reason: str | None = None  # why the driver stopped starting trials, once it has
         self.end_detail = ""
-        self.failed_in_a_row = 0
+        self.failed_in_a_row = 0  # parameter sets failed for good in a row (attempts that are retried aside)
         self.last_error = ""
+        self._killers: dict[int, str] = {}  # trial_id -> the worker that died under it alone
         self.progress = Progress(
             self.n_trials, Counter(t.state.name for t in study.get_trials(deepcopy=False)), progress
         )
@@ -115,7 +125,10 @@ class Dispatcher:
         client = self.client
         cluster.prepare_workers(client, self.spec)
         client.register_plugin(cluster.DatasetPrefetch(self.stores, self.dataset_ref))
-        self.spec_future = client.scatter(pack_spec(self.spec), broadcast=True)
+        client.register_plugin(cluster.WorkerExits())
+        definition = cluster.StudyDefinition(pack_spec(self.spec))
+        client.register_plugin(definition)
+        self.definition = definition.name
         link = cluster.dashboard_link(client)
         self.progress.note(
             f"study {self.study.study_name!r} in {self.stores.describe()}; "
@@ -126,9 +139,9 @@ class Dispatcher:
         started = next_stale_check = time.monotonic()
         self.study.stop = self._stopped_by_study  # Optuna allows study.stop() only inside Study.optimize
         try:
-            while self.interrupts.count < 2:
-                if not self.stopping:
-                    self._check_stop(started)
+            while self.interrupts.count < 2 and time.monotonic() < self._stop_deadline:
+                self._check_stop(started)
+                self._expire_slow_trials()
                 if time.monotonic() >= next_stale_check:  # a driver that died elsewhere: run its trials' retries
                     next_stale_check = time.monotonic() + self._check_stale()
                 self._fill()
@@ -147,11 +160,16 @@ class Dispatcher:
             del self.study.stop
             self._heartbeat_stop.set()
             if self.running:
-                self._abandon_running(
-                    "interrupted by a second Ctrl-C" if self.interrupts.count >= 2 else "the driver stopped"
-                )
+                self._abandon_running(self._abandon_reason())
             self.progress.close()
         return self._end()
+
+    def _abandon_reason(self) -> str:
+        if self.interrupts.count >= 2:
+            return "interrupted by a second Ctrl-C"
+        if time.monotonic() >= self._stop_deadline:
+            return f"still running {STOP_GRACE:g} s after the run was told to stop ({self.stop_reason})"
+        return "the driver stopped"
 
     def _end(self) -> tuple[str, str]:
         counts = Counter(t.state for t in self.study.get_trials(deepcopy=False))
@@ -189,6 +207,7 @@ class Dispatcher:
         at once and recording takes the driver a few milliseconds per trial."""
         collected = [self._collect(future, result) for future, result in done if future in self.running]
         self._untold = [item for item in collected if item is not None]
+        self._acquit_shared_deaths()
         try:
             for failed in [item for item in self._untold if item[2].state == TrialState.FAIL]:
                 self._untold.remove(failed)
@@ -218,14 +237,21 @@ class Dispatcher:
 
     def _check_stop(self, started: float) -> None:
         if self.interrupts.count:
+            if self.stop_reason in (INTERRUPTED, TERMINATED):
+                return
             reason = INTERRUPTED if self.interrupts.signum == signal.SIGINT else TERMINATED
             self._stop(
                 reason,
                 f"waiting for {self._trials_in_flight()} running trial(s)"
-                + ("; Ctrl-C again to fail them now" if reason == INTERRUPTED else ""),
+                + ("; Ctrl-C again to fail them now" if reason == INTERRUPTED else f" up to {STOP_GRACE:g} s"),
             )
+            if reason == TERMINATED:
+                self._stop_deadline = time.monotonic() + STOP_GRACE
+        elif self.stopping:
+            return
         elif self.timeout is not None and time.monotonic() - started >= self.timeout:
-            self._stop(TIMEOUT_REACHED, f"{self.timeout:g} s: finishing running trials")
+            self._stop(TIMEOUT_REACHED, f"{self.timeout:g} s: finishing running trials, up to {STOP_GRACE:g} s")
+            self._stop_deadline = time.monotonic() + STOP_GRACE
         elif self._stop_requested():
             self._stop(STOP_REQUESTED, "finishing running trials")
         elif self.failed_in_a_row >= max(10, 2 * self.parallelism):
@@ -271,9 +297,9 @@ class Dispatcher:
         key = f"trial-{self.study.study_name}-{trial.number}-{trial_id}"
         tasks = [
             self.client.submit(
-                run_trial,
+                cluster.run_trial_task,
                 dataclasses.replace(job, folds=share),
-                self.spec_future,
+                self.definition,
                 key=key + (f"-folds-{share[0]}" if share else ""),
                 pure=False,
                 resources=self.resources,
@@ -314,7 +340,11 @@ class Dispatcher:
         of its trial run. The first task of a split trial that does not complete ends it: the others are
         cancelled."""
         trial_id, number = self.running.pop(future)
+        self._started.pop(future, None)
         outcome = result if future.status == "finished" else self._lost(result)
+        error = result[1] if isinstance(result, tuple) else result
+        if future.status != "finished" and isinstance(error, distributed.KilledWorker):
+            self._killers[trial_id] = error.last_worker.address
         split = self.split_trials.get(trial_id)
         if split is None:
             return trial_id, number, outcome
@@ -324,6 +354,7 @@ class Dispatcher:
         for task in split.pending:
             task.cancel()
             self.running.pop(task, None)
+            self._started.pop(task, None)
         return trial_id, number, outcome
 
     @staticmethod
@@ -343,9 +374,7 @@ class Dispatcher:
         if split is not None and outcome.state == TrialState.COMPLETE:
             outcome = split.record(self.spec, self._first_attrs())
         if outcome.state == TrialState.FAIL:
-            self.failed_in_a_row += 1
-            self.last_error = f"{outcome.error.get('error_type')}: {outcome.error.get('error_message')}"
-            fail_and_retry(self.study, trial_id, outcome.error, self.spec.retries if outcome.retryable else 0)
+            self._fail(trial_id, outcome)
             self.progress.running = self._trials_in_flight()
             self.progress.finished(number, TrialState.FAIL, None, self.last_error)
             self.spec.run_callbacks(self.study, trial_id)
@@ -360,13 +389,64 @@ class Dispatcher:
         self.progress.finished(number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}")
         self.spec.run_callbacks(self.study, trial_id)
 
+    def _expire_slow_trials(self) -> None:
+        """Fail the trials running longer than `trial_timeout` (counted from when a worker took their task) as
+        TrialTimeout, not retried (the trial's own doing), and restart the workers that run them: a Python
+        thread cannot be interrupted."""
+        if self.trial_timeout is None or not self.running:
+            return
+        now = time.monotonic()
+        on_worker = {key: address for address, keys in self.client.processing().items() for key in keys}
+        for task in self.running:
+            if task.key in on_worker:
+                self._started.setdefault(task, now)
+        expired = {self.running[task] for task, start in self._started.items() if now - start > self.trial_timeout}
+        if not expired:
+            return
+        tasks = [task for task, trial in self.running.items() if trial in expired]
+        for task in tasks:
+            del self.running[task]
+            self._started.pop(task, None)
+        # Before its task is cancelled: a worker still busy with it would take the next trial and lose it.
+        cluster.restart_now(self.client, sorted({on_worker[task.key] for task in tasks if task.key in on_worker}))
+        for task in tasks:
+            task.cancel()
+        error = {"error_type": "TrialTimeout", "error_message": f"ran longer than {self.trial_timeout:g} s"}
+        for trial_id, number in sorted(expired):
+            self.split_trials.pop(trial_id, None)
+            self._record(trial_id, number, TrialOutcome(TrialState.FAIL, error=error))
+
+    def _acquit_shared_deaths(self) -> None:
+        """A worker that died running several trials (a multi-threaded worker) does not say which one killed
+        it: none of them is blamed, each is retried for free."""
+        shared = {address for address, n in Counter(self._killers.values()).items() if n > 1}
+        self._killers = {trial_id: address for trial_id, address in self._killers.items() if address not in shared}
+
+    def _fail(self, trial_id: int, outcome: TrialOutcome) -> None:
+        """Fail a trial and queue its retry: a trial's own error is not retried; one whose worker died under it
+        is retried once, and fails for good the second time; one lost to a fault not its own is retried for
+        free. Only parameter sets failed for good count toward CONSECUTIVE_FAILURES."""
+        error, retries = outcome.error, self.spec.retries if outcome.retryable else 0
+        killer = self._killers.pop(trial_id, None)
+        if killer is not None:
+            cause = cluster.death_cause(cluster.worker_exit_code(self.client, killer))
+            if worker_deaths(compat.storage_of(self.study).get_trial(trial_id)):
+                error = {"error_type": "WorkerKilled", "error_message": f"killed its worker twice: {cause}"}
+            else:
+                error = {"error_type": "WorkerKilled", "error_message": f"its worker died under it: {cause}"}
+        self.last_error = f"{error.get('error_type')}: {error.get('error_message')}"
+        free = killer is None and error.get("error_type") == "WorkerLost"
+        retried = fail_and_retry(self.study, trial_id, error, retries, killed_worker=killer is not None, free=free)
+        if retried is False:
+            self.failed_in_a_row += 1
+
     def _abandon_running(self, reason: str) -> None:
         """Fail the running trials as `Interrupted`, one line each; their retries wait for the next resume."""
         trials = list(dict.fromkeys(self.running.values()))  # one entry per trial, however many tasks it runs as
         self.end_detail = f"{len(trials)} running trial(s) failed as Interrupted, retries queued"
         for task in self.running:
             task.cancel()
-        self.running, self.split_trials, self.trials = {}, {}, {}
+        self.running, self.split_trials, self.trials, self._started = {}, {}, {}, {}
         for left, (trial_id, number) in enumerate(trials, 1):
             fail_and_retry(
                 self.study, trial_id, {"error_type": "Interrupted", "error_message": reason}, self.spec.retries

@@ -82,7 +82,9 @@ def drive(
     TLS files, else a LocalCluster on 127.0.0.1). The budget: `budget`, or the keywords `n_trials`, `timeout`,
     `parallelism` (`Budget`; n_trials and timeout default to the study's). `resume=True` requires the study to
     exist. Trials a dead driver left RUNNING are failed and retried (at start and every heartbeat interval).
-    Ctrl-C or SIGTERM stops starting trials and waits for running ones; a second Ctrl-C fails them. Bad options
+    Ctrl-C stops starting trials and waits for running ones; a second Ctrl-C fails them. SIGTERM and the end of
+    `timeout` stop starting trials too, and fail those still running STOP_GRACE seconds later (their retries
+    wait for the next resume); `trial_timeout` fails a trial that runs longer and restarts its worker. Bad options
     raise before any study is created.
     """
     _refuse_spawned_import()
@@ -95,6 +97,7 @@ def drive(
         budget,
         n_trials=budget.n_trials if budget.n_trials is not None else spec.n_trials,
         timeout=budget.timeout if budget.timeout is not None else spec.timeout,
+        trial_timeout=budget.trial_timeout if budget.trial_timeout is not None else spec.trial_timeout,
     )
     if options:
         raise TypeError(f"drive() got unexpected keyword argument(s): {', '.join(sorted(options))}")
@@ -144,8 +147,9 @@ def _check_budget(budget: Budget, n_workers: int | None) -> None:
         ("parallelism (--parallelism)", budget.parallelism, "at least 1"),
         ("n_workers (--workers)", n_workers, "at least 1"),
         ("timeout (--timeout)", budget.timeout, "more than 0 seconds"),
+        ("trial_timeout (--trial-timeout)", budget.trial_timeout, "more than 0 seconds"),
     ):
-        if value is not None and (value < 1 if low == "at least 1" else value <= 0):
+        if value is not None and not (value >= 1 if low == "at least 1" else value > 0):  # NaN too
             raise TLSearchError(f"{option} must be {low}, got {value:g}")
 
 

@@ -13,6 +13,15 @@ from tlsearch.storage._slots import TrialSlots
 
 log = logging.getLogger(__name__)
 
+# System attributes a retry carries (beside Optuna's `failed_trial` and `retry_history`): how many attempts of
+# these parameters killed their worker (a second one fails them for good), and how many retries were free:
+# the attempt was lost to a fault not its own (a worker that died under another trial), so it does not
+# count against `StudySpec.retries`, up to MAX_FREE_RETRIES.
+WORKER_DEATHS = "worker_deaths"
+FREE_RETRIES = "free_retries"
+MAX_WORKER_DEATHS = 2
+MAX_FREE_RETRIES = 5
+
 
 def fail_abandoned_trials(study: optuna.Study, spec, all_running: bool = False) -> int:
     """Fail trials left RUNNING by a driver that died (stale heartbeats; every RUNNING trial when
@@ -26,43 +35,63 @@ def fail_abandoned_trials(study: optuna.Study, spec, all_running: bool = False) 
         return 0
     for trial_id in abandoned:
         number = storage.get_trial_number_from_id(trial_id)
-        if fail_and_retry(
-            study,
-            trial_id,
-            {"error_type": "DriverLost", "error_message": "the driver running this trial stopped"},
-            spec.retries,
-        ):
-            log.warning("trial %d FAIL: DriverLost (its driver stopped); retry queued", number)
+        error = {"error_type": "DriverLost", "error_message": "the driver running this trial stopped"}
+        retried = fail_and_retry(study, trial_id, error, spec.retries)
+        if retried is not None:
+            log.warning(
+                "trial %d FAIL: DriverLost (its driver stopped); %s",
+                number,
+                "retry queued" if retried else "no retry left",
+            )
     return len(abandoned)
 
 
-def fail_and_retry(study: optuna.Study, trial_id: int, error: dict, retries: int) -> bool:
+def fail_and_retry(
+    study: optuna.Study, trial_id: int, error: dict, retries: int, *, killed_worker: bool = False, free: bool = False
+) -> bool | None:
     """Record why the trial failed, fail it (unless someone finished it first), give back its trial slot
-    and queue its retry; whether this call failed it."""
+    and queue its retry (`queue_retry`); None when someone else finished it first, else whether a retry
+    was queued."""
     storage = compat.storage_of(study)
     with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
         storage.set_trial_user_attrs(trial_id, error)
     try:
         if not storage.set_trial_state_values(trial_id, TrialState.FAIL):
-            return False
+            return None
     except optuna.exceptions.UpdateFinishedTrialError:
-        return False  # someone else finished or failed it first
+        return None  # someone else finished or failed it first
     TrialSlots(storage, compat.study_id(study)).release()
-    queue_retry(study, storage.get_trial(trial_id), retries)
-    return True
+    return queue_retry(study, storage.get_trial(trial_id), retries, killed_worker=killed_worker, free=free)
 
 
-def queue_retry(study: optuna.Study, failed: optuna.trial.FrozenTrial, retries: int) -> None:
-    """Enqueue `failed`'s parameters again, up to `retries` times per original trial. The bookkeeping is
-    Optuna's RetryHeartbeatStaleTrialCallback's (system attrs `failed_trial`, `retry_history`), but the
-    failed attempt's user attributes (its error, partial fold scores) stay with it."""
+def worker_deaths(trial: optuna.trial.FrozenTrial) -> int:
+    """How many earlier attempts of this trial's parameters killed their worker."""
+    return int(trial.system_attrs.get(WORKER_DEATHS, 0))
+
+
+def queue_retry(
+    study: optuna.Study,
+    failed: optuna.trial.FrozenTrial,
+    retries: int,
+    *,
+    killed_worker: bool = False,
+    free: bool = False,
+) -> bool:
+    """Enqueue `failed`'s parameters again, up to `retries` times per original trial (retries that are
+    `free` aside), unless their attempts have now killed MAX_WORKER_DEATHS workers; whether it did. The
+    bookkeeping is Optuna's RetryHeartbeatStaleTrialCallback's (system attrs `failed_trial`, `retry_history`),
+    but the failed attempt's user attributes (its error, partial fold scores) stay with it."""
     history = [*failed.system_attrs.get("retry_history", []), failed.number]
-    if len(history) > retries:
-        return
+    deaths = worker_deaths(failed) + killed_worker
+    frees = int(failed.system_attrs.get(FREE_RETRIES, 0)) + free
+    if deaths >= MAX_WORKER_DEATHS or len(history) - min(frees, MAX_FREE_RETRIES) > retries:
+        return False
     system_attrs = {
         **failed.system_attrs,
         "failed_trial": failed.system_attrs.get("failed_trial", failed.number),
         "retry_history": history,
+        **({WORKER_DEATHS: deaths} if deaths else {}),
+        **({FREE_RETRIES: frees} if frees else {}),
     }
     study.add_trial(
         optuna.trial.create_trial(
@@ -72,3 +101,4 @@ def queue_retry(study: optuna.Study, failed: optuna.trial.FrozenTrial, retries: 
             system_attrs=system_attrs,
         )
     )
+    return True

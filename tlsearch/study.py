@@ -85,6 +85,7 @@ class StudySpec:
     """Everything a study declares. Validated on construction; see the module docstring for the defaults.
 
     n_trials is the total to reach, counting trials already in the study store; timeout is in seconds.
+    trial_timeout (seconds) fails a trial that runs longer as TrialTimeout and restarts its worker.
     retries is how many times the dispatcher re-runs a trial lost to an infrastructure failure.
     fold_parallel="auto" runs a trial's folds as several tasks when workers would otherwise sit idle (fewer
     trials left in the budget than workers; see tlsearch.fold_tasks); False always runs one task per trial.
@@ -104,6 +105,7 @@ class StudySpec:
     pruner: optuna.pruners.BasePruner | None = None
     n_trials: int | None = None
     timeout: float | None = None
+    trial_timeout: float | None = None
     seed: int = 0
     retries: int = 2
     return_train_score: bool = False
@@ -147,6 +149,16 @@ class StudySpec:
             or (isinstance(self.timeout, (int, float)) and not isinstance(self.timeout, bool) and self.timeout > 0),
             "StudySpec.timeout",
             f"must be a number of seconds > 0 or None, got {self.timeout!r}",
+        )
+        require(
+            self.trial_timeout is None
+            or (
+                isinstance(self.trial_timeout, (int, float))
+                and not isinstance(self.trial_timeout, bool)
+                and self.trial_timeout > 0
+            ),
+            "StudySpec.trial_timeout",
+            f"must be a number of seconds > 0 or None, got {self.trial_timeout!r}",
         )
         require(isinstance(self.return_train_score, bool), "StudySpec.return_train_score", "must be True or False")
         require(isinstance(self.keep_predictions, bool), "StudySpec.keep_predictions", "must be True or False")

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
 import threading
+from concurrent.futures import ProcessPoolExecutor
 
 import optuna
 import pytest
 from optuna.storages.journal import JournalFileSymlinkLock
+from optuna.testing.pytest_storages import StorageTestCase
 from optuna.trial import TrialState
 
-from tlsearch.storage._journal import QueuedJournalLock, open_journal
+from tlsearch.storage._journal import CrashTolerantJournalFile, QueuedJournalLock, open_journal
 
 
 def _contend(lock, acquired: threading.Event) -> threading.Thread:
@@ -94,3 +97,39 @@ def test_garbage_in_the_middle_of_the_journal_names_the_file_and_line(tmp_path):
     path.write_bytes(b"".join([*lines[:2], b"not json at all\n", *lines[2:]]))
     with pytest.raises(JournalDamagedError, match=rf"journal file {path} is damaged at line 3"):
         optuna.load_study(study_name="crash", storage=open_journal(str(path)))
+
+
+class TestEmbeddedJournalConformance(StorageTestCase):
+    """Optuna's storage suite (its pickle test included) on the embedded default's journal store."""
+
+    @pytest.fixture
+    def storage(self, tmp_path):
+        return open_journal(str(tmp_path / "studies.journal"))
+
+
+def test_processes_append_through_a_pickled_journal_store_without_losing_a_record(tmp_path):
+    # Optuna's test_concurrent_append_logs_for_multi_processes, on our backend and lock: every append goes
+    # through a copy of the storage pickled into another process.
+    storage = open_journal(str(tmp_path / "studies.journal"))
+    backend = storage._backend
+    record = {"op_code": 0, "key": "value"}
+    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(backend.append_logs, [[record] for _ in range(200)], timeout=120))
+    logs = list(CrashTolerantJournalFile(str(tmp_path / "studies.journal")).read_logs(0))
+    assert len(logs) == 200 and all(entry == record for entry in logs)
+
+
+def test_a_study_on_the_journal_store_optimizes_in_joblib_processes(tmp_path):
+    import joblib
+
+    storage = open_journal(str(tmp_path / "studies.journal"))
+    optuna.create_study(study_name="pickled", storage=storage)
+
+    joblib.Parallel(n_jobs=2, backend="loky")(joblib.delayed(_optimize_three)(storage) for _ in range(2))
+    study = optuna.load_study(study_name="pickled", storage=open_journal(str(tmp_path / "studies.journal")))
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 6
+
+
+def _optimize_three(storage) -> None:
+    study = optuna.load_study(study_name="pickled", storage=storage)
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=3)

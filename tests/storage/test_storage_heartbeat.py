@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import optuna
+import pymongo
 import pytest
 from optuna.storages import RetryHeartbeatStaleTrialCallback, fail_stale_trials
 from optuna.trial import TrialState
@@ -117,3 +118,20 @@ def _wait_until(condition, timeout: float) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"gave up waiting after {timeout} s"
         time.sleep(0.05)
+
+
+def test_a_running_trial_that_never_beat_is_stale_after_the_grace_period_from_its_start(mongo_uri, mongo_db_name):
+    storage = heartbeat_storage(mongo_uri, mongo_db_name)
+    study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE])
+    trial_id = storage.create_new_trial(study_id)  # a driver that died before the trial's first heartbeat
+    _wait_until(lambda: storage._get_stale_trial_ids(study_id) == [trial_id], timeout=10 * GRACE)
+
+
+def test_a_heartbeat_dated_in_the_future_is_clamped_to_the_servers_clock(mongo_uri, mongo_db_name):
+    storage = heartbeat_storage(mongo_uri, mongo_db_name)
+    study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE])
+    trial_id = storage.create_new_trial(study_id)
+    future = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=365)
+    pymongo.MongoClient(mongo_uri)[mongo_db_name].trials.update_one({"_id": trial_id}, {"$set": {"heartbeat": future}})
+    assert storage._get_stale_trial_ids(study_id) == []
+    _wait_until(lambda: storage._get_stale_trial_ids(study_id) == [trial_id], timeout=10 * GRACE)

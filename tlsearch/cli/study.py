@@ -77,7 +77,19 @@ def _driver_options() -> argparse.ArgumentParser:
     parser.add_argument(
         "--n-trials", type=int, metavar="N", help="complete + pruned trials to reach, counting earlier ones"
     )
-    parser.add_argument("--timeout", type=seconds, metavar="S", help="stop starting trials after S seconds")
+    parser.add_argument(
+        "--timeout",
+        type=seconds,
+        metavar="S",
+        help="stop starting trials after S seconds; trials still running 15 s later are failed and retried on resume",
+    )
+    parser.add_argument(
+        "--trial-timeout",
+        type=seconds,
+        metavar="S",
+        help="fail a trial that runs longer than S seconds (TrialTimeout) and restart its worker "
+        "(default: the study file's trial_timeout)",
+    )
     parser.add_argument(
         "--progress",
         choices=("auto", "bar", "log", "off"),
@@ -122,6 +134,7 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
         parallelism=args.parallelism,
         n_trials=args.n_trials,
         timeout=args.timeout,
+        trial_timeout=args.trial_timeout,
         name=name,
         study_file=study_file,
         progress="off" if args.quiet else args.progress,

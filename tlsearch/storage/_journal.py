@@ -90,6 +90,14 @@ class QueuedJournalLock(BaseJournalFileLock):
         self._symlink_lock = JournalFileSymlinkLock(file_path)
         self._held = threading.local()  # this thread's open queue file while it holds the lock
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy in another process holds nothing yet: the thread-local state stays behind.
+        return {name: value for name, value in self.__dict__.items() if name != "_held"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._held = threading.local()
+
     def acquire(self) -> bool:
         fd = os.open(self._queue_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

@@ -475,16 +475,21 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         )
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        """RUNNING trials whose last sign of life (their heartbeat, or their start before the first one) is older
+        than the grace period on the server's clock. A sign of life dated in the future (a skewed clock, a
+        forged value) is first moved back to the server's present, so it ages like any other."""
         assert self.heartbeat_interval is not None
         grace_period = self.grace_period if self.grace_period is not None else 2 * self.heartbeat_interval
-        query = {
-            "study_id": study_id,
-            "state": TrialState.RUNNING.name,
-            "heartbeat": {"$type": "date"},
-            "$expr": {"$lt": ["$heartbeat", {"$subtract": ["$$NOW", int(grace_period * 1000)]}]},
-        }
-        documents = self._retrying(lambda c: list(c.trials.find(query, {"_id": 1})))
-        return sorted(int(document["_id"]) for document in documents)
+        running = {"study_id": study_id, "state": TrialState.RUNNING.name}
+        last_alive = {"$ifNull": ["$heartbeat", "$datetime_start"]}
+        future = {**running, "$expr": {"$gt": [last_alive, "$$NOW"]}}
+        stale = {**running, "$expr": {"$lt": [last_alive, {"$subtract": ["$$NOW", int(grace_period * 1000)]}]}}
+
+        def find(c: Collections) -> list[dict[str, Any]]:
+            c.trials.update_many(future, {"$currentDate": {"heartbeat": True}})
+            return list(c.trials.find(stale, {"_id": 1}))
+
+        return sorted(int(document["_id"]) for document in self._retrying(find))
 
     def get_heartbeat_interval(self) -> int | None:
         return self.heartbeat_interval  # type: ignore[return-value]
