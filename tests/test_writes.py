@@ -199,3 +199,15 @@ def test_a_link_planted_at_the_host_caches_download_log_is_refused(tmp_path):
     with pytest.raises(SymlinkRefusedError, match="downloads.log"):
         HostCache(cache).open(store, "d")
     assert target.read_text() == "untouched"
+
+
+def test_a_forged_slot_counter_on_mongodb_is_refused_not_obeyed(tmp_path, mongo_uri, mongo_db_name, mongo_client):
+    stores = Stores(mongo_uri, mongo_db_name, tmp_path)
+    study = optuna.create_study(study_name="forged", storage=stores.study_storage())
+    storage = stores.study_storage()
+    assert storage.claim_trial_slot(study._study_id, 6, lambda: 0)
+    mongo_client[mongo_db_name]["studies"].update_one({"name": "forged"}, {"$set": {"trial_slots": -20}})
+    from tlsearch.storage._slots import SlotCounterError
+
+    with pytest.raises(SlotCounterError, match="holds -20, not a count of trials"):
+        storage.claim_trial_slot(study._study_id, 6, lambda: 0)

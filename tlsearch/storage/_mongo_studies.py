@@ -22,6 +22,7 @@ from tlsearch._optuna_compat import DEFAULT_STUDY_NAME_PREFIX, FrozenStudy
 from tlsearch.storage import _codec as codec
 from tlsearch.storage._cache import StudyCache
 from tlsearch.storage._mongo_connection import Collections, MongoConnection
+from tlsearch.storage._slots import SlotCounterError
 
 _logger = logging.getLogger(__name__)
 
@@ -182,9 +183,23 @@ class MongoStudies(MongoConnection):
             )
             self._slot_counters.add(study_id)
         result = self._retrying(
-            lambda c: c.studies.update_one({"_id": study_id, _SLOTS: {"$lt": limit}}, {"$inc": {_SLOTS: 1}})
+            lambda c: c.studies.update_one({"_id": study_id, _SLOTS: {"$gte": 0, "$lt": limit}}, {"$inc": {_SLOTS: 1}})
         )
-        return result.modified_count == 1
+        if result.modified_count == 1:
+            return True
+        self._check_slot_counter(study_id)
+        return False
+
+    def _check_slot_counter(self, study_id: int) -> None:
+        """A counter no driver wrote (not a count, or below zero) is refused, not obeyed; one at or above the
+        limit means the budget's slots are taken (also after a run with a larger budget)."""
+        document = self._retrying(lambda c: c.studies.find_one({"_id": study_id}, {_SLOTS: 1})) or {}
+        value = document.get(_SLOTS)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SlotCounterError(
+                f"the trial-slot counter of study id {study_id} holds {value!r}, not a count of trials: not obeyed; "
+                f"remove the field {_SLOTS!r} from its document in the studies collection to start counting afresh"
+            )
 
     def release_trial_slot(self, study_id: int) -> None:
         """Give back a slot taken by `claim_trial_slot` (its trial failed)."""
