@@ -63,3 +63,24 @@ def test_a_dataset_pushed_again_under_the_same_ref_is_read_again(tmp_path, clien
     stores.dataset_store().push("d", {"X": rows + 1000.0, "y": labels})
     after = run(tmp_path, client, stores, "on-second", dataset="d")
     assert after.best_value == pytest.approx(before.best_value + 1000.0, rel=1e-3), "the worker kept the old rows"
+
+
+def _opened_datasets() -> int:
+    from tlsearch import trial_task
+
+    return trial_task._open_dataset.cache_info().currsize
+
+
+def test_the_prefetch_plugin_opens_the_studys_dataset_on_a_worker_before_any_trial(tmp_path, client):
+    import time
+
+    from tlsearch.cluster import DatasetPrefetch
+
+    stores = Stores(home=tmp_path / "home")
+    info = stores.dataset_store().push("p", {"X": np.zeros((6, 2)), "y": np.array([0, 1] * 3)})
+    before = next(iter(client.run(_opened_datasets).values()))
+    client.register_plugin(DatasetPrefetch(stores, info.ref, info.hash))
+    deadline = time.monotonic() + 120  # the download runs in a thread of its own on the worker
+    while next(iter(client.run(_opened_datasets).values())) == before:
+        assert time.monotonic() < deadline, "the worker never opened the prefetched dataset"
+        time.sleep(0.2)

@@ -208,10 +208,10 @@ class DatasetPrefetch(distributed.WorkerPlugin):
     """Fetches a study's dataset into each worker host's cache when the worker starts (or joins later),
     so the first trial on a host does not wait for the download."""
 
-    def __init__(self, stores: Stores, dataset_ref: str) -> None:
+    def __init__(self, stores: Stores, dataset_ref: str, dataset_hash: str) -> None:
         self.stores = stores
-        self.dataset_ref = dataset_ref
-        self.name = f"tlsearch-prefetch-{dataset_ref}"
+        self.dataset_ref, self.dataset_hash = dataset_ref, dataset_hash
+        self.name = f"tlsearch-prefetch-{dataset_ref}-{dataset_hash[:16]}"
 
     def setup(self, worker: distributed.Worker) -> None:
         # In the background: the worker's event loop must stay responsive; a trial that needs the data
@@ -222,7 +222,7 @@ class DatasetPrefetch(distributed.WorkerPlugin):
         from tlsearch.trial_task import _open_dataset
 
         try:
-            _open_dataset(self.stores, self.dataset_ref)
+            _open_dataset(self.stores, self.dataset_ref, self.dataset_hash)
         except Exception as error:  # the trial that needs it will report the error
             log.warning("prefetching dataset %s failed: %s", self.dataset_ref, error)
 

@@ -124,7 +124,7 @@ class Dispatcher:
         """Dispatch until the budget is spent or the run is stopped; (why it ended, detail)."""
         client = self.client
         cluster.prepare_workers(client, self.spec)
-        client.register_plugin(cluster.DatasetPrefetch(self.stores, self.dataset_ref))
+        client.register_plugin(cluster.DatasetPrefetch(self.stores, self.dataset_ref, self.dataset_hash))
         client.register_plugin(cluster.WorkerExits())
         definition = cluster.StudyDefinition(pack_spec(self.spec))
         client.register_plugin(definition)
@@ -341,10 +341,10 @@ class Dispatcher:
         cancelled."""
         trial_id, number = self.running.pop(future)
         self._started.pop(future, None)
-        outcome = result if future.status == "finished" else self._lost(result)
-        error = result[1] if isinstance(result, tuple) else result
-        if future.status != "finished" and isinstance(error, distributed.KilledWorker):
-            self._killers[trial_id] = error.last_worker.address
+        lost = future.status != "finished"
+        outcome = self._lost(result) if lost else result
+        if lost and isinstance(_task_error(result), distributed.KilledWorker):
+            self._killers[trial_id] = _task_error(result).last_worker.address
         split = self.split_trials.get(trial_id)
         if split is None:
             return trial_id, number, outcome
@@ -360,7 +360,7 @@ class Dispatcher:
     @staticmethod
     def _lost(result) -> TrialOutcome:
         """The outcome of a task that was itself lost: worker died, cancelled, unpicklable result."""
-        error = result[1] if isinstance(result, tuple) else result
+        error = _task_error(result)
         return TrialOutcome(
             TrialState.FAIL,
             error={"error_type": "WorkerLost", "error_message": f"{type(error).__name__}: {error}"},
@@ -482,3 +482,8 @@ class Dispatcher:
             storage.record_heartbeat(trial_id)
         except Exception as error:  # the server may be restarting; the next beat retries
             log.warning("heartbeat for trial %s failed: %s", trial_id, error)
+
+
+def _task_error(result):
+    """The exception of a task that did not finish (`as_completed` gives it alone or in an exc_info tuple)."""
+    return result[1] if isinstance(result, tuple) else result
