@@ -178,31 +178,34 @@ def run_optuna(width: int, n_trials: int, home: Path, tag: str) -> tuple[float, 
 
 def tls_cost(widths: list[int], trials_per_worker: int, repeats: int, stores: Stores) -> None:
     """Print tlsearch's throughput on a LocalCluster with throw-away mutual TLS (what `tlsearch run` starts,
-    `cluster.local_security`) against the same cluster in plain TCP, runs taking turns."""
+    `cluster.local_security`) against the same cluster in plain TCP; both clusters are up at once and their
+    runs take turns, so a change in the machine's load falls on both."""
     print(f"\n{'workers':>7} {'trials':>6} | {'plain/s':>8} {'TLS/s':>8} {'TLS cost':>8}")
     for width in widths:
         n_trials = trials_per_worker * width
-        walls = {}
-        for name, security in (("plain", None), ("tls", cluster.local_security())):
-            with (
-                dask.config.set(cluster.LOCAL_CLUSTER_CONFIG),
-                distributed.LocalCluster(
-                    n_workers=width,
-                    threads_per_worker=1,
-                    processes=True,
-                    host=cluster.LOOPBACK,
-                    dashboard_address=None,
-                    protocol="tls" if security else None,
-                    security=security,
-                    silence_logs=logging.ERROR,
-                ) as local_cluster,
-                distributed.Client(local_cluster, security=security) as client,
-            ):
-                run_ours(width, width, stores, client, f"{name}-warmup")
-                walls[name] = statistics.median(
-                    run_ours(width, n_trials, stores, client, f"{name}-{r}")[0] for r in range(repeats)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(dask.config.set(cluster.LOCAL_CLUSTER_CONFIG))
+            clients = {}
+            for name, security in (("plain", None), ("tls", cluster.local_security())):
+                local_cluster = stack.enter_context(
+                    distributed.LocalCluster(
+                        n_workers=width,
+                        threads_per_worker=1,
+                        processes=True,
+                        host=cluster.LOOPBACK,
+                        dashboard_address=None,
+                        protocol="tls" if security else None,
+                        security=security,
+                        silence_logs=logging.ERROR,
+                    )
                 )
-        plain, tls = n_trials / walls["plain"], n_trials / walls["tls"]
+                clients[name] = stack.enter_context(distributed.Client(local_cluster, security=security))
+                run_ours(width, width, stores, clients[name], f"{name}-warmup")
+            walls = {name: [] for name in clients}
+            for r in range(repeats):
+                for name, client in clients.items():
+                    walls[name].append(run_ours(width, n_trials, stores, client, f"{name}-{r}")[0])
+        plain, tls = (n_trials / statistics.median(walls[name]) for name in ("plain", "tls"))
         print(f"{width:>7} {n_trials:>6} | {plain:>8.2f} {tls:>8.2f} {1 - tls / plain:>8.1%}", flush=True)
 
 

@@ -284,3 +284,28 @@ def _stop(worker: subprocess.Popen) -> None:
 )
 def test_a_dead_workers_exit_code_reads_as_a_cause_a_user_can_act_on(exitcode, cause):
     assert cluster.death_cause(exitcode) == cause
+
+
+@pytest.mark.slow
+def test_a_run_on_a_client_that_is_not_dasks_default_collects_its_trials_through_that_client(tmp_path):
+    """A notebook with two clients: the one given to tlsearch, and a later one, which Dask makes the default.
+    The later client's event loop is kept busy for the whole run, so a run that tracked its results there
+    (Dask's `as_completed` does unless given a loop) would wait forever; it must not need that loop at all."""
+    import threading
+
+    study_file = tmp_path / "study.py"
+    study_file.write_text(STUDY)
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as given,
+        distributed.Client(given) as client,
+        distributed.LocalCluster(n_workers=0, dashboard_address=None) as other,
+        distributed.Client(other) as later,
+    ):
+        assert distributed.default_client() is later and later.loop is not client.loop
+        run_over = threading.Event()
+        later.loop.add_callback(run_over.wait)
+        try:
+            study = driver.run(load_study_file(study_file), stores=Stores(home=tmp_path), client=client, progress="off")
+        finally:
+            run_over.set()
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 4

@@ -112,8 +112,9 @@ class Dispatcher:
             self.progress.best = self._best()
         self._next_stop_check = 0.0
         self._heartbeat_stop = threading.Event()
-        # Results are fetched from the workers in the background as trials finish, not one by one here.
-        self._finished = distributed.as_completed(with_results=True, raise_errors=False)
+        # Results are fetched from the workers in the background as trials finish, not one by one here, on
+        # this client's event loop (Dask's default is the newest client's, whose sockets are not this one's).
+        self._finished = distributed.as_completed(loop=client.loop, with_results=True, raise_errors=False)
         self._untold: list[tuple[int, int, TrialOutcome]] = []  # collected, not yet told to the study
 
     @property
