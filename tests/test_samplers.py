@@ -204,4 +204,8 @@ def test_nsga2_runs_a_multi_objective_study_on_workers(tmp_path, client):
     result = driver.drive(load_study_file(path), stores=Stores(home=tmp_path / "mo"), client=client, progress="off")
     trials = complete(result.study)
     assert len(trials) == 12
-    assert {t.system_attrs.get("NSGAIISampler:generation") for t in trials} >= {0, 1, 2}
+    # A generation starts when the last has `population_size` complete trials in the store. Trials finished in
+    # one wave are told after their replacements are submitted, so how many trials a generation takes depends
+    # on timing; by the 7th trial the first generation is complete whatever the timing (a blind sampler, shown
+    # no finished trial, would keep every trial in generation 0).
+    assert {t.system_attrs.get("NSGAIISampler:generation") for t in trials} >= {0, 1}
