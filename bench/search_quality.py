@@ -64,9 +64,9 @@ from optuna.trial import TrialState
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tlsearch import cv  # noqa: E402
-from tlsearch.pruners import EpochPruneDecision, EpochPruning, KFoldPruner  # noqa: E402
-from tlsearch.study import CustomLoop, SklearnModel, StudySpec  # noqa: E402
+from tlsearch.cv import _evaluate as cv  # noqa: E402
+from tlsearch.cv._pruners import EpochPruneDecision, EpochPruning, KFoldPruner  # noqa: E402
+from tlsearch.spec._spec import CustomLoop, SklearnModel, StudySpec  # noqa: E402
 
 OLD_PRUNER_COMMIT = "014f684"
 REACH = 0.005  # "within 0.5% of the best known"
@@ -277,7 +277,7 @@ def gboost_study() -> Study:
 def keras_study(study_file: str, n_folds: int, cheap: bool, epochs: int | None = None) -> Study:
     from sklearn.datasets import load_digits
 
-    from tlsearch.study import load_study_file
+    from tlsearch.spec._spec import load_study_file
 
     base = load_study_file(ROOT / "studies" / study_file)
     model = base.model if epochs is None else dataclasses.replace(base.model, epochs=epochs)

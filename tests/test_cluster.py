@@ -11,9 +11,11 @@ import distributed
 import pytest
 from optuna.trial import TrialState
 
-from tlsearch import cluster, driver, study_attrs
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
+from tlsearch.execution import _cluster as cluster
+from tlsearch.execution import _driver as driver
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -133,7 +135,7 @@ def test_two_trials_share_one_gpu_and_a_third_waits(tmp_path):
 
 
 def tlsearch_results(home):
-    from tlsearch.trials_table import results
+    from tlsearch.reading._trials_table import results
 
     return results("packed", home=home)
 
@@ -165,7 +167,7 @@ def test_the_local_cluster_listens_on_loopback_only():
     """Scheduler, dashboard and workers of `tlsearch run`'s local cluster: nothing reachable from another host."""
     import psutil
 
-    from tlsearch.cluster import ClusterOptions, connect
+    from tlsearch.execution._cluster import ClusterOptions, connect
 
     with connect(ClusterOptions(n_workers=1)) as client:
         pids = [os.getpid(), *client.run(os.getpid).values()]
@@ -208,7 +210,7 @@ def _tls_without_certificate() -> dict:
 def test_the_local_cluster_refuses_a_client_without_its_certificate():
     """Another local account can reach the scheduler's port, but not connect: plain TCP, TLS without a
     certificate and TLS with a certificate of its own are all refused; the driver's own certificate works."""
-    from tlsearch.cluster import ClusterOptions, connect
+    from tlsearch.execution._cluster import ClusterOptions, connect
 
     with connect(ClusterOptions(n_workers=1)) as client:
         address = client.scheduler.address

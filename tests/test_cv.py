@@ -12,12 +12,12 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import make_scorer, mean_absolute_error
 from sklearn.model_selection import KFold, StratifiedKFold, cross_validate
 
-from tlsearch.cv import AutoKFold, describe_failure, evaluate, is_infrastructure_error
+from tlsearch.cv._evaluate import AutoKFold, describe_failure, evaluate, is_infrastructure_error
+from tlsearch.cv._pruners import KFoldPruner
 from tlsearch.models import NonFiniteLossError, NonFiniteScoreError
-from tlsearch.pruners import KFoldPruner
 from tlsearch.seeds import derive_seed
 from tlsearch.spaces import InvalidSpaceError
-from tlsearch.study import CustomLoop, SklearnModel, StudySpec
+from tlsearch.spec._spec import CustomLoop, SklearnModel, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -16,10 +16,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tlsearch import driver, study_attrs
 from tlsearch.errors import TLSearchError
-from tlsearch.stores import Stores, require_shared
-from tlsearch.study import load_study_file
+from tlsearch.execution import _driver as driver
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores, require_shared
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -69,7 +70,7 @@ def test_each_trial_line_shows_the_best_value_including_that_trial(tmp_path, cap
 
 
 def test_a_run_without_progress_never_reads_the_best_value(tmp_path, monkeypatch):
-    from tlsearch.dispatcher import Dispatcher
+    from tlsearch.execution._dispatcher import Dispatcher
 
     def refuse(self):
         raise AssertionError("the best value is read although nothing shows it")
@@ -278,7 +279,7 @@ study = tlsearch.StudySpec(name="kept", dataset="sklearn:iris", cv=3, n_trials=2
 KILLED_BEFORE_FIRST_BEAT = """
 import os, signal, sys
 if __name__ == "__main__":
-    from tlsearch.dispatcher import Dispatcher
+    from tlsearch.execution._dispatcher import Dispatcher
     Dispatcher._beat = lambda self, trial_id: os.kill(os.getpid(), signal.SIGKILL)
     from tlsearch.cli import main
     sys.exit(main(sys.argv[1:]))

@@ -15,10 +15,10 @@ from optuna.trial import TrialState
 import tlsearch
 from tests.test_driver import _driver, count, write_study
 from tests.test_lifecycle import ctrl_c_twice
-from tlsearch import study_attrs
 from tlsearch.cli import main
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(300)
 

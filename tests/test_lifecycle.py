@@ -18,9 +18,11 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.test_driver import _driver, _kill_group, _wait_for_complete, count, write_study
-from tlsearch import cli, dispatcher, study_attrs
+from tlsearch import cli
 from tlsearch.errors import TLSearchError
-from tlsearch.stores import Stores
+from tlsearch.execution import _dispatcher as dispatcher
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -29,8 +31,8 @@ DRIVER_SCRIPT = """
 import sys
 from pathlib import Path
 import tlsearch
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
+from tlsearch.stores._stores import Stores
+from tlsearch.spec._spec import load_study_file
 
 def main():
     study_file, home, mongo, database = sys.argv[1:5]

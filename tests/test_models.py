@@ -16,9 +16,9 @@ from sklearn.neighbors import KNeighborsClassifier
 from search_spaces.mlp import make_mlp
 from search_spaces.optimizers import compile_model
 from tests.test_cv import memory_study
-from tlsearch.cv import describe_failure, evaluate
+from tlsearch.cv._evaluate import describe_failure, evaluate
 from tlsearch.models import NonFiniteLossError, _fold_random, _keras, _keras_reuse
-from tlsearch.study import CustomLoop, KerasModel, SklearnModel, StudySpec
+from tlsearch.spec._spec import CustomLoop, KerasModel, SklearnModel, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -323,9 +323,9 @@ def _backend_state():
 def test_workers_run_keras_on_their_share_of_the_cores_and_only_keras_studies_import_it(tmp_path):
     import distributed
 
-    from tlsearch import driver
-    from tlsearch.stores import Stores
-    from tlsearch.worker_setup import host_cores
+    from tlsearch.execution import _driver as driver
+    from tlsearch.execution._worker_setup import host_cores
+    from tlsearch.stores._stores import Stores
 
     custom = StudySpec(
         name="custom",
@@ -507,7 +507,7 @@ def test_every_name_keras_registers_as_a_loss_is_minimised_by_default():
 
 
 def test_a_keras_metric_of_unknown_direction_asks_for_one():
-    from tlsearch.spec_checks import StudySpecError
+    from tlsearch.models._checks import StudySpecError
 
     with pytest.raises(StudySpecError, match=r"^StudySpec.direction .*'my_score'.* direction='maximize'") as error:
         keras_spec("my_score")

@@ -1,4 +1,4 @@
-"""Each Optuna internal tlsearch relies on (all in tlsearch/_optuna_compat.py) still behaves as tlsearch expects:
+"""Each Optuna internal tlsearch relies on (all in tlsearch/_compat/optuna.py) still behaves as tlsearch expects:
 a new Optuna that changes one fails here, naming it. `.ci/run` runs this file against Optuna's latest release too.
 Also: plain Optuna reads the journal file tlsearch writes."""
 
@@ -36,13 +36,13 @@ def test_private_import_exists(module, name):
         value = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as error:
         pytest.fail(
-            f"Optuna {optuna.__version__} no longer has {module}.{name} ({error}): see tlsearch/_optuna_compat.py"
+            f"Optuna {optuna.__version__} no longer has {module}.{name} ({error}): see tlsearch/_compat/optuna.py"
         )
     assert value is not None
 
 
 def test_the_compat_module_imports():
-    from tlsearch import _optuna_compat
+    from tlsearch._compat import optuna as _optuna_compat
 
     assert set(_optuna_compat.__all__) <= set(dir(_optuna_compat))
 
@@ -54,7 +54,7 @@ def _journal(tmp_path):
 
 
 def test_study_and_trial_ids_and_system_attrs(tmp_path):
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
 
     storage = _journal(tmp_path)
     study = optuna.create_study(storage=storage, study_name="ids")
@@ -70,7 +70,7 @@ def test_study_and_trial_ids_and_system_attrs(tmp_path):
 
 def test_open_trial_reopens_a_trial_by_id(tmp_path):
     """`optuna.Trial(study, trial_id)`: what a worker does with the trial the driver created."""
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
 
     storage = _journal(tmp_path)
     study = optuna.create_study(storage=storage, study_name="reopen")
@@ -84,7 +84,7 @@ def test_open_trial_reopens_a_trial_by_id(tmp_path):
 
 def test_heartbeat_interval_and_stale_trials(mongo_uri, mongo_db_name):
     """MongoStorage implements `BaseHeartbeat._get_stale_trial_ids`; `fail_stale_trials` still calls it."""
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
     from tlsearch.storage import MongoStorage
 
     assert "_get_stale_trial_ids" in inspect.getsource(optuna.storages.fail_stale_trials), "_get_stale_trial_ids"
@@ -102,7 +102,7 @@ def test_heartbeat_interval_and_stale_trials(mongo_uri, mongo_db_name):
 
 def test_journal_batch_append_replays(tmp_path):
     """`JournalStorage._thread_lock`, `_replay_result.worker_id`, `_backend`, `_sync_with_backend`."""
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
 
     storage = _journal(tmp_path)
     study = optuna.create_study(storage=storage, study_name="batch")
@@ -117,7 +117,7 @@ def test_journal_batch_append_replays(tmp_path):
 
 
 def test_journal_lock_protocol():
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
 
     assert {"acquire", "release"} <= set(vars(compat.BaseJournalFileLock)), "BaseJournalFileLock"
     assert list(inspect.signature(compat.get_lock_file).parameters) == ["lock_obj"], "get_lock_file(lock_obj)"
@@ -130,7 +130,7 @@ def test_journal_lock_protocol():
 )
 def test_seeded_copies_draw_per_seed(sampler):
     """`LazyRandomState` in a sampler's attributes: each seed its own draws, the same seed the same draws."""
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
 
     def draws(seed):
         study = optuna.create_study(sampler=compat.seeded_copy(sampler, seed))
@@ -142,7 +142,7 @@ def test_seeded_copies_draw_per_seed(sampler):
 
 def test_plain_optuna_reads_the_journal_tlsearch_writes(tmp_path):
     """The embedded default's study store is Optuna's journal format: plain Optuna opens it as is."""
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
 
     storage = _journal(tmp_path)
     study = optuna.create_study(storage=storage, study_name="plain", direction="maximize")

@@ -11,11 +11,12 @@ import optuna
 import pytest
 
 import tlsearch
-from tlsearch import driver, study_attrs
 from tlsearch.errors import TLSearchError
-from tlsearch.refit import UnsafeModelError, load_model, refit
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
+from tlsearch.execution import _driver as driver
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.reading._refit import UnsafeModelError, load_model, refit
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -163,7 +164,7 @@ def _keras_file(tmp_path, *layers):
 def test_keras_model_with_a_lambda_layer_is_refused(tmp_path):
     import keras
 
-    from tlsearch.refit import load_model_file
+    from tlsearch.reading._refit import load_model_file
 
     path = _keras_file(tmp_path, keras.layers.Lambda(lambda x: x * 2))
     with pytest.raises(UnsafeModelError, match="Lambda"):
@@ -176,7 +177,7 @@ def test_keras_model_with_an_unregistered_custom_object_is_refused(tmp_path):
 
     import keras
 
-    from tlsearch.refit import load_model_file
+    from tlsearch.reading._refit import load_model_file
 
     path = _keras_file(tmp_path, keras.layers.Dense(3))
     with zipfile.ZipFile(path) as archive:

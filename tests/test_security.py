@@ -18,10 +18,12 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from tlsearch import cli, driver, study_attrs
-from tlsearch.refit import ATTR_REFIT, RefitRecord, UnsafeModelError, _sha256, load_model, refit
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
+from tlsearch import cli
+from tlsearch.execution import _driver as driver
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.reading._refit import ATTR_REFIT, RefitRecord, UnsafeModelError, _sha256, load_model, refit
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -163,7 +165,7 @@ def test_stored_study_file_path_is_never_imported(refitted, tmp_path, monkeypatc
 
 
 def test_changed_study_file_runs_only_after_a_warning(refitted, tmp_path):
-    from tlsearch.study_files import StudyFileChangedWarning
+    from tlsearch.stores._study_files import StudyFileChangedWarning
 
     stores, name, study_file, _ = refitted
     original = study_file.read_text()
@@ -316,7 +318,7 @@ def _certificates(folder):
 def test_tls_secured_cluster_runs_a_study_end_to_end(tmp_path, data_dir, capsys):
     import distributed
 
-    from tlsearch.cluster import tls_security
+    from tlsearch.execution._cluster import tls_security
 
     ca, cert, key = _certificates(tmp_path)
     tls = ["--tls-ca-file", str(ca), "--tls-cert", str(cert), "--tls-key", str(key)]

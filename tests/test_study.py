@@ -11,11 +11,11 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GroupKFold
 
-from tlsearch.cv import AutoKFold
+from tlsearch.cv._evaluate import AutoKFold
+from tlsearch.cv._pruners import KFoldPruner
 from tlsearch.errors import TLSearchError
-from tlsearch.pruners import KFoldPruner
 from tlsearch.spaces import InvalidSpaceError, check_space
-from tlsearch.study import (
+from tlsearch.spec._spec import (
     CustomLoop,
     KerasModel,
     SklearnModel,
@@ -193,7 +193,7 @@ def test_loading_a_scikit_learn_study_does_not_import_keras():
     import sys
 
     code = (
-        "import sys; from tlsearch.study import load_study_file; from tlsearch.spaces import check_space; "
+        "import sys; from tlsearch.spec import load_study_file; from tlsearch.spaces import check_space; "
         f"spec = load_study_file({str(STUDIES / 'wine_sklearn.py')!r}); check_space(spec.space, spec.name); "
         "assert 'keras' not in sys.modules and 'tensorflow' not in sys.modules"
     )

@@ -9,9 +9,9 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState
 
-from tlsearch import _optuna_compat as compat
-from tlsearch.stores import Stores
-from tlsearch.trial_task import open_trial
+from tlsearch._compat import optuna as compat
+from tlsearch.execution._trial_task import open_trial
+from tlsearch.stores._stores import Stores
 
 
 class Spec:

@@ -14,9 +14,9 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import create_trial
 
-from tlsearch import study_files
 from tlsearch.cli import main
-from tlsearch.stores import Stores
+from tlsearch.stores import _study_files as study_files
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib
 
+from tlsearch._renamed import install_moved_modules
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
@@ -19,21 +21,23 @@ _EXPORTS = {
     "HostCache": "tlsearch.data",
     "FoldPlan": "tlsearch.data",
     # what a study is
-    "StudySpec": "tlsearch.study",
-    "KerasModel": "tlsearch.study",
-    "SklearnModel": "tlsearch.study",
-    "CustomLoop": "tlsearch.study",
-    "load_study_file": "tlsearch.study",
+    "StudySpec": "tlsearch.spec",
+    "KerasModel": "tlsearch.spec",
+    "SklearnModel": "tlsearch.spec",
+    "CustomLoop": "tlsearch.spec",
+    "load_study_file": "tlsearch.spec",
     # running it
-    "run": "tlsearch.driver",
+    "run": "tlsearch.execution",
     # what it found
-    "results": "tlsearch.trials_table",
+    "results": "tlsearch.reading",
     # the best model
-    "load_model": "tlsearch.refit",
-    "predict": "tlsearch.refit",
+    "load_model": "tlsearch.reading",
+    "predict": "tlsearch.reading",
 }
 
 __all__ = ["__version__", *_EXPORTS]
+
+install_moved_modules()  # tlsearch.study, tlsearch.driver, ...: the paths modules had before the layout by layer
 
 
 def __getattr__(name: str):

@@ -49,7 +49,7 @@ def test_an_intermediate_value_and_user_attrs_in_one_write(stores):
 def test_a_kfold_trial_reports_each_fold_with_its_scores(stores):
     """The recorder reports each fold's running mean together with its scores, in the store and in the trial's
     cached copy that the pruner reads."""
-    from tlsearch.cv import _ResultRecorder
+    from tlsearch.cv._evaluate import _ResultRecorder
     from tlsearch.models import FoldResult
 
     writer, reopen = stores

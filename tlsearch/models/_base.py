@@ -37,7 +37,7 @@ class Fold:
     index is the 0-based fold number; seed is the fold's seed, derived from (study seed, study name,
     trial number, index); random and numpy_random are the fold's own generators (a random.Random and a NumPy
     Generator seeded with it, unless given), which no other thread draws from; sample_weight holds the training rows' weights, or None; trial_number is the
-    trial's number. epoch_hook, where the study prunes on epochs (tlsearch.pruners.epoch_hook), is called by
+    trial's number. epoch_hook, where the study prunes on epochs (tlsearch.cv.epoch_hook), is called by
     trainers that train in epochs after each epoch as `epoch_hook(epoch, max_epochs, score_now)`: epoch is
     1-based, score_now() returns the model's first metric on the validation rows now; it may raise
     optuna.TrialPruned.
@@ -88,7 +88,7 @@ class FoldResult:
 
 
 class SpecView(Protocol):
-    """What the trainers and `cv` read of a study's `tlsearch.StudySpec` (tlsearch.study is a layer above)."""
+    """What the trainers and `cv` read of a study's `tlsearch.StudySpec` (tlsearch.spec is a layer above)."""
 
     name: str
     seed: int

@@ -13,7 +13,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages.journal import BaseJournalBackend, JournalFileSymlinkLock
 
-from tlsearch._optuna_compat import (
+from tlsearch._compat.optuna import (
     BaseJournalFileLock,
     JournalOperation,
     append_journal_operations,

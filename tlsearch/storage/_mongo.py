@@ -32,8 +32,8 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from pymongo import ReturnDocument
 
-from tlsearch import _optuna_compat as compat
-from tlsearch._optuna_compat import BaseHeartbeat
+from tlsearch._compat import optuna as compat
+from tlsearch._compat.optuna import BaseHeartbeat
 from tlsearch._renamed import renamed_keywords
 from tlsearch.storage import _codec as codec
 from tlsearch.storage._cache import StudyCache

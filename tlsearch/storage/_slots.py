@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import optuna
 
+from tlsearch._compat.optuna import journal_file_path
 from tlsearch._files import open_no_follow, write_file
-from tlsearch._optuna_compat import journal_file_path
 from tlsearch._text import printable
 from tlsearch.errors import TLSearchError
 

@@ -18,11 +18,12 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from tlsearch import _optuna_compat as compat
-from tlsearch import _pickling, cv
+from tlsearch import _pickling
+from tlsearch._compat import optuna as compat
+from tlsearch.cv import _evaluate as cv
 from tlsearch.data import Folds, HostCache
 from tlsearch.errors import TLSearchError
-from tlsearch.stores import Stores
+from tlsearch.stores._stores import Stores
 
 
 class DatasetChangedError(TLSearchError):
@@ -40,7 +41,7 @@ class TrialJob:
     dataset_hash: str
     fold_plan_hash: str
     seed: int  # the trial's sampler seed
-    folds: tuple[int, ...] = ()  # the folds this task trains when its trial runs split (tlsearch.fold_tasks)
+    folds: tuple[int, ...] = ()  # the folds this task trains when its trial runs split (tlsearch.execution._fold_tasks)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
 
 def _placement(worker: str) -> dict[str, str]:
     """Where this trial runs, for its user attributes: the worker (host:pid) and, on a GPU worker (see
-    tlsearch.cluster.worker_specs), the GPU it is pinned to."""
+    tlsearch.execution._cluster.worker_specs), the GPU it is pinned to."""
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     return {"worker": worker, "gpu": gpu} if gpu.strip() not in ("", "-1") else {"worker": worker}
 

@@ -21,16 +21,18 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from tlsearch import spaces, study_attrs, study_files
+from tlsearch import spaces
 from tlsearch._files import write_file_with
-from tlsearch.cv import Holdout
+from tlsearch.cv._evaluate import Holdout
 from tlsearch.data import HostCache
 from tlsearch.errors import TLSearchError
 from tlsearch.models import describe_target, import_keras
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.reading._trials_table import number_attr
 from tlsearch.seeds import derive_seed
-from tlsearch.stores import Stores, check_study_name
-from tlsearch.study import load_study_file
-from tlsearch.trials_table import number_attr
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores import _study_files as study_files
+from tlsearch.stores._stores import Stores, check_study_name
 
 ATTR_REFIT = "tlsearch:refit"
 # What a scikit-learn model file may hold beyond skops' own trusted types (estimators, transformers and plain

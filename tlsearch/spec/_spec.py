@@ -16,7 +16,7 @@ Defaults (each can be overridden):
   that guess is wrong.
 - sampler: `optuna.samplers.TPESampler(seed=seed)`; a function `seed -> sampler` is called once with `seed`.
   Every trial samples with a copy of the study's sampler whose random state is seeded from `seed`, the study and
-  the trial number (what the sampler built from its seed, e.g. a grid's order, is the study's); pruner: `tlsearch.pruners.KFoldPruner()` (prunes between
+  the trial number (what the sampler built from its seed, e.g. a grid's order, is the study's); pruner: `tlsearch.cv.KFoldPruner()` (prunes between
   folds), or none for multi-objective studies, which Optuna cannot prune.
 """
 
@@ -35,15 +35,15 @@ from typing import Any
 
 import optuna
 
-from tlsearch import _optuna_compat as compat
 from tlsearch import spaces
+from tlsearch._compat import optuna as compat
 from tlsearch._text import name_problem
-from tlsearch.cv import AutoKFold, Holdout
+from tlsearch.cv._evaluate import AutoKFold, Holdout
+from tlsearch.cv._pruners import KFoldPruner
 from tlsearch.errors import TLSearchError
 from tlsearch.models import CustomLoop, KerasModel, ModelKind, SklearnModel
+from tlsearch.models._checks import StudySpecError, is_int, require
 from tlsearch.models._keras_metrics import keras_metric_direction
-from tlsearch.pruners import KFoldPruner
-from tlsearch.spec_checks import StudySpecError, is_int, require
 
 __all__ = [
     "CustomLoop",
@@ -88,7 +88,7 @@ class StudySpec:
     trial_timeout (seconds) fails a trial that runs longer as TrialTimeout and restarts its worker.
     retries is how many times the dispatcher re-runs a trial lost to an infrastructure failure.
     fold_parallel="auto" runs a trial's folds as several tasks when workers would otherwise sit idle (fewer
-    trials left in the budget than workers; see tlsearch.fold_tasks); False always runs one task per trial.
+    trials left in the budget than workers; see tlsearch.execution._fold_tasks); False always runs one task per trial.
     After construction `metrics` and `directions` are tuples (one entry per objective), `direction` is the
     single direction (None for multi-objective), `cv` is a splitter, and `sampler` and `pruner` are set.
     """
@@ -240,7 +240,7 @@ EXAMPLE_PREFIX = "example:"
 
 def examples() -> dict[str, Path]:
     """The example study files shipped with tlsearch, by name (file stem)."""
-    folder = Path(__file__).parent / "examples"
+    folder = Path(__file__).parents[1] / "examples"  # tlsearch/examples
     return {file.stem: file for file in sorted(folder.glob("*.py")) if not file.name.startswith("_")}
 
 

@@ -23,14 +23,16 @@ import distributed
 import optuna
 from optuna.trial import TrialState
 
-from tlsearch import _optuna_compat as compat
-from tlsearch import cluster, fold_tasks, study_attrs
+from tlsearch._compat import optuna as compat
 from tlsearch.data import HostCache
-from tlsearch.progress import Progress
-from tlsearch.retries import fail_abandoned_trials, fail_and_retry, worker_deaths
+from tlsearch.execution import _cluster as cluster
+from tlsearch.execution import _fold_tasks as fold_tasks
+from tlsearch.execution._progress import Progress
+from tlsearch.execution._retries import fail_abandoned_trials, fail_and_retry, worker_deaths
+from tlsearch.execution._trial_task import TrialJob, TrialOutcome, pack_spec
+from tlsearch.reading import _study_attrs as study_attrs
 from tlsearch.seeds import derive_seed
 from tlsearch.storage._slots import TrialSlots
-from tlsearch.trial_task import TrialJob, TrialOutcome, pack_spec
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pymongo.collection import Collection
     from pymongo.database import Database
 
-    from tlsearch._optuna_compat import ArtifactStore
+    from tlsearch._compat.optuna import ArtifactStore
 
 __all__ = ["MongoArtifactStore", "open_artifact_store"]
 

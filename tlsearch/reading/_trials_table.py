@@ -13,12 +13,12 @@ from collections import Counter
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tlsearch import study_attrs
 from tlsearch._files import write_file_with
 from tlsearch._text import csv_cell, printable
+from tlsearch.cv._pruners import describe as describe_prune_reason
 from tlsearch.errors import TLSearchError
-from tlsearch.pruners import describe as describe_prune_reason
-from tlsearch.stores import Stores
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.stores._stores import Stores
 
 _SPLIT = re.compile(r"^split(\d+)_test_score$")
 log = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ like scikit-learn's cv_results_ (single objective):
     std_train_score (with return_train_score), split{k}_fit_time, mean_fit_time, std_fit_time,
     split{k}_score_time, mean_score_time, std_score_time, split{k}_n_epochs (Keras, custom loops),
     split{k}_curve (custom loops), n_splits, n_folds_run, dataset_hash, fold_plan_hash, and on a pruned trial
-    prune_reason (a dict: the fold, the gap, the tolerance, the reference trial; see tlsearch.pruners); a trial
-    whose folds ran as several tasks (tlsearch.fold_tasks) adds fold_tasks and split{k}_worker.
+    prune_reason (a dict: the fold, the gap, the tolerance, the reference trial; see tlsearch.cv._pruners); a trial
+    whose folds ran as several tasks (tlsearch.execution._fold_tasks) adds fold_tasks and split{k}_worker.
 Multi-objective studies name scores by metric as scikit-learn's multi-metric cv_results_ does:
 split{k}_test_{metric}, mean_test_{metric}, std_test_{metric}, ... Standard deviations use ddof=0, like
 scikit-learn. A pruned trial keeps the attributes of the folds it ran; its means cover those folds.
@@ -24,13 +24,14 @@ import optuna
 from sklearn.model_selection import GroupKFold, KFold, StratifiedGroupKFold, StratifiedKFold
 from sklearn.model_selection._split import BaseCrossValidator
 
-from tlsearch import _optuna_compat as compat
-from tlsearch import pruners, spaces
+from tlsearch import spaces
+from tlsearch._compat import optuna as compat
+from tlsearch.cv import _pruners as pruners
+from tlsearch.cv._pruners import describe as describe_pruning
+from tlsearch.cv._pruners import prune_decision
 from tlsearch.data import Fold as DataFold
 from tlsearch.data import Folds
 from tlsearch.models import Fold, FoldResult, FoldTrainer, NonFiniteScoreError, SpecView, is_class_labels
-from tlsearch.pruners import describe as describe_pruning
-from tlsearch.pruners import prune_decision
 from tlsearch.seeds import derive_seed
 
 _INFRASTRUCTURE_ERRORS = {
@@ -135,9 +136,9 @@ def evaluate(
     splitters yield them, gathered in index order as cross_validate does. After fold k the trial reports, at
     step k, the running mean of
     the first k+1 fold scores (the fold score itself when the study's pruner is Optuna's WilcoxonPruner),
-    then asks the study's pruner and, if told to, stores why as `prune_reason` (tlsearch.pruners.prune_decision)
+    then asks the study's pruner and, if told to, stores why as `prune_reason` (tlsearch.cv.prune_decision)
     and raises optuna.TrialPruned; a KFoldPruner with an epoch schedule may also stop a Keras trial inside a
-    fold (tlsearch.pruners.epoch_hook), its partial fold then left out of the results. Multi-objective trials report
+    fold (tlsearch.cv.epoch_hook), its partial fold then left out of the results. Multi-objective trials report
     nothing (Optuna cannot prune them). Errors from the space, the model or training propagate unchanged.
     With `spec.keep_predictions` and an `artifact_store`, each fold's validation predictions are kept as a
     trial artifact `predictions.npz` (`fold{k}_index`: dataset rows, `fold{k}_predictions`).

@@ -8,11 +8,11 @@ from typing import Any
 
 import optuna
 
-from tlsearch import _optuna_compat as compat
-from tlsearch import study_files
+from tlsearch._compat import optuna as compat
 from tlsearch.data import HostCache
 from tlsearch.errors import TLSearchError
-from tlsearch.stores import Stores
+from tlsearch.stores import _study_files as study_files
+from tlsearch.stores._stores import Stores
 
 DATASET_REF = "tlsearch:dataset_ref"
 DATASET_HASH = "tlsearch:dataset_hash"

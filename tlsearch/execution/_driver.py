@@ -16,15 +16,18 @@ from pathlib import Path
 
 import optuna
 
-from tlsearch import _optuna_compat as compat
-from tlsearch import cluster, spaces, study_attrs, study_files
+from tlsearch import spaces
+from tlsearch._compat import optuna as compat
 from tlsearch.config import Settings
 from tlsearch.data import HostCache, ensure_dataset, fold_plan_for
-from tlsearch.dispatcher import DONE, EXIT_CODES, NOTHING_TO_DO, Budget, Dispatcher
-from tlsearch.driver_guards import DriverLock, Interrupts
 from tlsearch.errors import TLSearchError
-from tlsearch.retries import fail_abandoned_trials
-from tlsearch.stores import Stores, check_study_name
+from tlsearch.execution import _cluster as cluster
+from tlsearch.execution._dispatcher import DONE, EXIT_CODES, NOTHING_TO_DO, Budget, Dispatcher
+from tlsearch.execution._guards import DriverLock, Interrupts
+from tlsearch.execution._retries import fail_abandoned_trials
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.stores import _study_files as study_files
+from tlsearch.stores._stores import Stores, check_study_name
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +81,7 @@ def drive(
     Where: `settings` (`tlsearch.Settings`; default: `Settings.resolve(mongo=, database=, home=)` of those
     keywords, over the environment and the config file) select the stores, MongoDB or the embedded default;
     `stores` gives them fully instead. The cluster: `cluster_options`, or the keywords `client`, `scheduler`,
-    `n_workers`, `security` (`tlsearch.cluster.ClusterOptions`; with none of them, the settings' scheduler and
+    `n_workers`, `security` (`tlsearch.execution.ClusterOptions`; with none of them, the settings' scheduler and
     TLS files, else a LocalCluster on 127.0.0.1). The budget: `budget`, or the keywords `n_trials`, `timeout`,
     `parallelism` (`Budget`; n_trials and timeout default to the study's). `resume=True` requires the study to
     exist. Trials a dead driver left RUNNING are failed and retried (at start and every heartbeat interval).
