@@ -230,7 +230,9 @@ def test_a_custom_loop_reading_the_old_fold_names_still_works_with_a_warning(dig
         return float(len(fold.y_valid) + 0 * fold.x_valid.shape[0])
 
     spec = StudySpec(name="old-names", dataset="sklearn:digits", space={}, model=CustomLoop(loop), cv=3)
-    with pytest.warns(DeprecationWarning, match="Fold.y_valid is deprecated: use Fold.y_validation"):
+    with pytest.warns(
+        DeprecationWarning, match=r"Fold.y_valid is deprecated and removed in tlsearch 3\.0: use Fold.y_validation"
+    ):
         trial = run(spec, digits)
     assert trial.value == pytest.approx(1797 / 3)
 

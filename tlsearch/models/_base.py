@@ -10,6 +10,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tlsearch._renamed import REMOVED_IN
+
 
 def is_class_labels(y: np.ndarray) -> bool:
     """True when y holds class labels: integers, booleans or strings taking two or more values.
@@ -64,13 +66,21 @@ class Fold:
     @property
     def x_valid(self) -> np.ndarray:
         """Deprecated name of `x_validation`."""
-        warnings.warn("Fold.x_valid is deprecated: use Fold.x_validation", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"Fold.x_valid is deprecated and removed in {REMOVED_IN}: use Fold.x_validation",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.x_validation
 
     @property
     def y_valid(self) -> np.ndarray:
         """Deprecated name of `y_validation`."""
-        warnings.warn("Fold.y_valid is deprecated: use Fold.y_validation", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"Fold.y_valid is deprecated and removed in {REMOVED_IN}: use Fold.y_validation",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.y_validation
 
 
