@@ -14,9 +14,8 @@ from sklearn.model_selection import KFold, StratifiedKFold, cross_validate
 
 from tlsearch.cv._evaluate import AutoKFold, describe_failure, evaluate, is_infrastructure_error
 from tlsearch.cv._pruners import KFoldPruner
-from tlsearch.models import NonFiniteLossError, NonFiniteScoreError
+from tlsearch.errors import InvalidSpaceError, NonFiniteLossError, NonFiniteScoreError
 from tlsearch.seeds import derive_seed
-from tlsearch.spaces import InvalidSpaceError
 from tlsearch.spec._spec import CustomLoop, SklearnModel, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -143,6 +143,31 @@ def test_user_error_fails_the_trial_with_its_message_and_the_study_goes_on(tmp_p
         assert "failed_trial" not in trial.system_attrs  # a trial's own error is not retried
 
 
+@pytest.mark.slow
+def test_a_trial_that_raises_retryable_trial_error_is_retried_up_to_its_retries(tmp_path):
+    body = "if params['y'] % 2: raise tlsearch.errors.RetryableTrialError('odd y: try again') from ValueError('x')"
+    spec = load_study_file(write_study(tmp_path, n_trials=4, body=body))
+    study = driver.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
+    failed = study.get_trials(states=(TrialState.FAIL,))
+    assert count(study, TrialState.COMPLETE) == 4 and failed
+    assert all(trial.user_attrs["error_type"] == "tlsearch.errors.RetryableTrialError" for trial in failed)
+    originals = [trial for trial in failed if "failed_trial" not in trial.system_attrs]
+    for original in originals:  # each odd y ran 1 + retries (2) times, all failed
+        attempts = [t for t in failed if t.system_attrs.get("failed_trial", t.number) == original.number]
+        assert len(attempts) == 3 and {t.params["y"] for t in attempts} == {original.params["y"]}
+
+
+@pytest.mark.slow
+def test_a_trial_that_raises_fatal_trial_error_is_not_retried_even_from_a_lost_connection(tmp_path):
+    body = "if params['y'] % 2: raise tlsearch.errors.FatalTrialError('odd y: never') from ConnectionError('lost')"
+    spec = load_study_file(write_study(tmp_path, n_trials=4, body=body))
+    study = driver.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
+    assert count(study, TrialState.COMPLETE) == 4
+    failed = study.get_trials(states=(TrialState.FAIL,))
+    assert failed and all(trial.user_attrs["error_type"] == "tlsearch.errors.FatalTrialError" for trial in failed)
+    assert all("failed_trial" not in trial.system_attrs for trial in failed)
+
+
 def _driver(tmp_path, study_file, *args):
     command = [
         sys.executable,

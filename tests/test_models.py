@@ -17,7 +17,8 @@ from search_spaces.mlp import make_mlp
 from search_spaces.optimizers import compile_model
 from tests.test_cv import memory_study
 from tlsearch.cv._evaluate import describe_failure, evaluate
-from tlsearch.models import NonFiniteLossError, _fold_random, _keras, _keras_reuse
+from tlsearch.errors import NonFiniteLossError
+from tlsearch.models import _fold_random, _keras, _keras_reuse
 from tlsearch.spec._spec import CustomLoop, KerasModel, SklearnModel, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -145,7 +146,7 @@ def test_non_finite_loss_fails_the_trial(digits):
     spec = StudySpec(name="nan", dataset="sklearn:digits", space={}, model=KerasModel(exploding, epochs=3), cv=2)
     with pytest.raises(NonFiniteLossError, match="epoch 1") as raised:
         run(spec, digits)
-    assert describe_failure(raised.value)["error_type"] == "tlsearch.models._base.NonFiniteLossError"
+    assert describe_failure(raised.value)["error_type"] == "tlsearch.errors.NonFiniteLossError"
     assert describe_failure(raised.value)["error_retryable"] is False
 
 
@@ -507,7 +508,7 @@ def test_every_name_keras_registers_as_a_loss_is_minimised_by_default():
 
 
 def test_a_keras_metric_of_unknown_direction_asks_for_one():
-    from tlsearch.models._checks import StudySpecError
+    from tlsearch.errors import StudySpecError
 
     with pytest.raises(StudySpecError, match=r"^StudySpec.direction .*'my_score'.* direction='maximize'") as error:
         keras_spec("my_score")

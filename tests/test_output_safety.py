@@ -15,7 +15,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from tlsearch.cli import main
-from tlsearch.models._checks import StudySpecError
+from tlsearch.errors import StudySpecError
 from tlsearch.reading import _study_attrs as study_attrs
 from tlsearch.stores._stores import Stores
 

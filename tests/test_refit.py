@@ -11,10 +11,10 @@ import optuna
 import pytest
 
 import tlsearch
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import TLSearchError, UnsafeModelError
 from tlsearch.execution import _driver as driver
 from tlsearch.reading import _study_attrs as study_attrs
-from tlsearch.reading._refit import UnsafeModelError, load_model, refit
+from tlsearch.reading._refit import load_model, refit
 from tlsearch.spec._spec import load_study_file
 from tlsearch.stores._stores import Stores
 

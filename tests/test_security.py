@@ -19,9 +19,10 @@ from dataclasses import asdict, replace
 import pytest
 
 from tlsearch import cli
+from tlsearch.errors import UnsafeModelError
 from tlsearch.execution import _driver as driver
 from tlsearch.reading import _study_attrs as study_attrs
-from tlsearch.reading._refit import ATTR_REFIT, RefitRecord, UnsafeModelError, _sha256, load_model, refit
+from tlsearch.reading._refit import ATTR_REFIT, RefitRecord, _sha256, load_model, refit
 from tlsearch.spec._spec import load_study_file
 from tlsearch.stores._stores import Stores
 

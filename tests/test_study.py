@@ -13,17 +13,9 @@ from sklearn.model_selection import GroupKFold
 
 from tlsearch.cv._evaluate import AutoKFold
 from tlsearch.cv._pruners import KFoldPruner
-from tlsearch.errors import TLSearchError
-from tlsearch.spaces import InvalidSpaceError, check_space
-from tlsearch.spec._spec import (
-    CustomLoop,
-    KerasModel,
-    SklearnModel,
-    StudyFileError,
-    StudySpec,
-    StudySpecError,
-    load_study_file,
-)
+from tlsearch.errors import InvalidSpaceError, StudyFileError, StudySpecError, TLSearchError
+from tlsearch.spaces import check_space
+from tlsearch.spec._spec import CustomLoop, KerasModel, SklearnModel, StudySpec, load_study_file
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies"
 

@@ -15,17 +15,9 @@ from sklearn.model_selection import (
     TimeSeriesSplit,
 )
 
-from tlsearch.data import (
-    DatasetCorruptedError,
-    DatasetValidationError,
-    FoldPlan,
-    FoldPlanMismatchError,
-    FoldPlanNotFoundError,
-    HostCache,
-    describe_splitter,
-    fold_plan_for,
-)
+from tlsearch.data import FoldPlan, HostCache, describe_splitter, fold_plan_for
 from tlsearch.data._gridfs import MongoDatasetStore
+from tlsearch.errors import DatasetCorruptedError, DatasetValidationError, FoldPlanMismatchError, FoldPlanNotFoundError
 
 
 class EveryThirdRow:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from data_helpers import make_arrays, open_in_process, run_in_processes
 
-from tlsearch.data import DatasetCorruptedError, HostCache, fold_plan_for
+from tlsearch.data import HostCache, fold_plan_for
+from tlsearch.errors import DatasetCorruptedError
 
 
 def test_open_maps_read_only_arrays_shared_through_the_page_cache(store, cache):

@@ -90,7 +90,7 @@ def test_a_cut_off_last_line_is_ignored_with_a_warning_and_the_next_write_repair
 
 
 def test_garbage_in_the_middle_of_the_journal_names_the_file_and_line(tmp_path):
-    from tlsearch.storage._journal import JournalDamagedError
+    from tlsearch.errors import JournalDamagedError
 
     path = _journal_with_a_trial(tmp_path)
     lines = path.read_bytes().splitlines(keepends=True)

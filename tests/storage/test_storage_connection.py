@@ -16,9 +16,9 @@ from optuna.trial import TrialState
 from pymongo.collection import Collection
 from pymongo.errors import AutoReconnect
 
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import MongoUnavailableError, TLSearchError
 from tlsearch.mongo import mask_uri
-from tlsearch.storage import MongoStorage, MongoUnavailableError
+from tlsearch.storage import MongoStorage
 
 SECRET = "s3cr3t-pw"
 

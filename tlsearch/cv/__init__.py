@@ -1,7 +1,14 @@
 """How one trial is evaluated: the splitters, the fold loop with its reports to the study, and the pruners that
 stop a trial between folds or epochs."""
 
-from tlsearch.cv._evaluate import AutoKFold, Holdout, describe_failure, evaluate, is_infrastructure_error
+from tlsearch.cv._evaluate import (
+    AutoKFold,
+    Holdout,
+    describe_failure,
+    evaluate,
+    is_infrastructure_error,
+    is_retryable,
+)
 from tlsearch.cv._pruners import (
     EpochPruned,
     EpochPruneDecision,
@@ -28,5 +35,6 @@ __all__ = [
     "evaluate",
     "fold_scores",
     "is_infrastructure_error",
+    "is_retryable",
     "prune_decision",
 ]

@@ -31,7 +31,8 @@ from tlsearch.cv._pruners import describe as describe_pruning
 from tlsearch.cv._pruners import prune_decision
 from tlsearch.data import Fold as DataFold
 from tlsearch.data import Folds
-from tlsearch.models import Fold, FoldResult, FoldTrainer, NonFiniteScoreError, SpecView, is_class_labels
+from tlsearch.errors import FatalTrialError, NonFiniteScoreError, RetryableTrialError
+from tlsearch.models import Fold, FoldResult, FoldTrainer, SpecView, is_class_labels
 from tlsearch.seeds import derive_seed
 
 _INFRASTRUCTURE_ERRORS = {
@@ -370,13 +371,34 @@ def describe_failure(exc: BaseException) -> dict[str, Any]:
     description: dict[str, Any] = {
         "error_type": name,
         "error_message": _truncate(str(exc), 2000),
-        "error_retryable": is_infrastructure_error(exc),
+        "error_retryable": is_retryable(exc),
     }
     if exc.__traceback__ is not None:
         description["error_traceback"] = _truncate(
             "".join(traceback.format_exception(cls, exc, exc.__traceback__)), 4000, keep="end"
         )
     return description
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether a trial that failed with `exc` is retried: as the model's code marked it (a RetryableTrialError
+    or FatalTrialError in the cause chain, the outermost first), else as `is_infrastructure_error` says."""
+    for current in _cause_chain(exc):
+        if isinstance(current, (RetryableTrialError, FatalTrialError)):
+            return isinstance(current, RetryableTrialError)
+    return is_infrastructure_error(exc)
+
+
+def _cause_chain(exc: BaseException) -> list[BaseException]:
+    """`exc`, then what it was raised from or while handling, outermost first, each once."""
+    chain: list[BaseException] = []
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if current is not None and all(current is not seen for seen in chain):
+            chain.append(current)
+            pending += [current.__cause__, current.__context__]
+    return chain
 
 
 def is_infrastructure_error(exc: BaseException) -> bool:

@@ -11,6 +11,8 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from tlsearch.errors import TLSearchError
+
 
 @dataclass(frozen=True)
 class PruneDecision:
@@ -67,7 +69,7 @@ class EpochPruneDecision:
         )
 
 
-class EpochPruned(optuna.TrialPruned):
+class EpochPruned(TLSearchError, optuna.TrialPruned):
     """Raised inside a fold's training to stop the trial on the epoch axis; `reason` is the stored decision."""
 
     def __init__(self, decision: EpochPruneDecision) -> None:

@@ -22,12 +22,8 @@ from tlsearch import _pickling
 from tlsearch._compat import optuna as compat
 from tlsearch.cv import _evaluate as cv
 from tlsearch.data import Folds, HostCache
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import DatasetChangedError
 from tlsearch.stores._stores import Stores
-
-
-class DatasetChangedError(TLSearchError):
-    """The dataset a running study is bound to no longer holds the content the study was bound to."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +104,7 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
         return TrialOutcome(
             TrialState.FAIL,
             error=cv.describe_failure(error),
-            retryable=cv.is_infrastructure_error(error),
+            retryable=cv.is_retryable(error),
             worker=worker,
             seconds=time.perf_counter() - started,
         )

@@ -24,14 +24,6 @@ def is_class_labels(y: np.ndarray) -> bool:
     return np.asarray(y).dtype.kind in "biuOSU" and type_of_target(y) in ("binary", "multiclass")
 
 
-class NonFiniteLossError(FloatingPointError):
-    """Training produced a NaN or infinite loss (usually a too-large learning rate): the trial fails."""
-
-
-class NonFiniteScoreError(FloatingPointError):
-    """A fold's score is NaN or infinite: the trial fails instead of reporting it."""
-
-
 @dataclass
 class Fold:
     """One fold's rows, already read from the dataset (only these rows are in memory).

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from tlsearch.errors import NonFiniteLossError
 from tlsearch.models import _keras_inputs as inputs
 from tlsearch.models import _keras_reuse as reuse
-from tlsearch.models._base import Fold, FoldResult, ModelKind, NonFiniteLossError, SpecView, is_class_labels
+from tlsearch.models._base import Fold, FoldResult, ModelKind, SpecView, is_class_labels
 from tlsearch.models._checks import is_int, require
 from tlsearch.models._keras_backend import (
     clear_session,

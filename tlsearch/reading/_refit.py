@@ -25,7 +25,7 @@ from tlsearch import spaces
 from tlsearch._files import write_file_with
 from tlsearch.cv._evaluate import Holdout
 from tlsearch.data import HostCache
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import TLSearchError, UnsafeModelError
 from tlsearch.models import describe_target, import_keras
 from tlsearch.reading import _study_attrs as study_attrs
 from tlsearch.reading._trials_table import number_attr
@@ -60,10 +60,6 @@ TRUSTED_SKLEARN_TYPES = frozenset(
 )
 _MODEL_FORMATS = {"keras": ".keras", "skops": ".skops"}
 _ARTIFACT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-class UnsafeModelError(TLSearchError):
-    """A model file that was changed since it was saved, or that holds code-carrying types."""
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,9 @@ from tlsearch._compat import optuna as compat
 from tlsearch._text import name_problem
 from tlsearch.cv._evaluate import AutoKFold, Holdout
 from tlsearch.cv._pruners import KFoldPruner
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import StudyFileError, StudySpecError
 from tlsearch.models import CustomLoop, KerasModel, ModelKind, SklearnModel
-from tlsearch.models._checks import StudySpecError, is_int, require
+from tlsearch.models._checks import is_int, require
 from tlsearch.models._keras_metrics import keras_metric_direction
 
 __all__ = [
@@ -74,10 +74,6 @@ _MINIMIZED_NAMES = {
     "huber",
     "crossentropy",
 }
-
-
-class StudyFileError(TLSearchError):
-    """A study file that is missing, fails to import, or defines no StudySpec named `study`."""
 
 
 @dataclass

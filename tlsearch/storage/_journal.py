@@ -20,7 +20,7 @@ from tlsearch._compat.optuna import (
     get_lock_file,
     replay_journal,
 )
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import JournalDamagedError
 
 log = logging.getLogger(__name__)
 
@@ -114,10 +114,6 @@ class QueuedJournalLock(BaseJournalFileLock):
             self._symlink_lock.release()
         finally:
             os.close(self._held.fd)  # closing the file releases its flock
-
-
-class JournalDamagedError(TLSearchError):
-    """A line in the middle of the journal file is not a journal operation."""
 
 
 class CrashTolerantJournalFile(BaseJournalBackend):

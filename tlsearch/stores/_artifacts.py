@@ -20,13 +20,8 @@ from optuna.artifacts.exceptions import ArtifactNotFound
 
 from tlsearch._renamed import renamed_keywords
 from tlsearch.config import database_name
-from tlsearch.mongo import (
-    UPLOADING,
-    GridFSDamagedError,
-    connect,
-    read_gridfs_chunks,
-    write_gridfs_file,
-)
+from tlsearch.errors import GridFSDamagedError
+from tlsearch.mongo import UPLOADING, connect, read_gridfs_chunks, write_gridfs_file
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
