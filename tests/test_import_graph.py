@@ -9,7 +9,14 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "tlsearch"
 
 LAYERS = [  # bottom up, as in CONTRIBUTING.md's layer table; a module may import its own layer and those below
-    ["tlsearch.errors", "tlsearch._renamed", "tlsearch._text", "tlsearch._files", "tlsearch._pickling"],
+    [
+        "tlsearch.errors",
+        "tlsearch._lazy",
+        "tlsearch._renamed",
+        "tlsearch._text",
+        "tlsearch._files",
+        "tlsearch._pickling",
+    ],
     ["tlsearch._compat", "tlsearch.seeds", "tlsearch.spaces"],
     ["tlsearch.mongo", "tlsearch.config"],
     ["tlsearch.storage", "tlsearch.data"],
