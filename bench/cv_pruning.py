@@ -62,7 +62,7 @@ def run_strategy(make_pruner, seed: int, n_trials: int, n_folds: int, arrays: di
         pruner=make_pruner(),
         seed=seed,
     )
-    folds = list(spec.cv.split(arrays["X"], arrays["y"]))
+    folds = list(spec.cv_.split(arrays["X"], arrays["y"]))
     study = spec.create_study()
     started = time.perf_counter()
     for _ in range(n_trials):

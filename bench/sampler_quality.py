@@ -107,7 +107,7 @@ def mlp_in_process_best(seed: int, trials: int, epochs: int, folder: Path) -> fl
     spec = load_study_file(path)
     X, y = load_digits(return_X_y=True)
     arrays = {"X": X.astype("float32"), "y": y}
-    folds = list(spec.cv.split(X, y))
+    folds = list(spec.cv_.split(X, y))
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
     study.optimize(lambda trial: cv.evaluate(trial, spec, arrays, folds), n_trials=trials)
     return study.best_value

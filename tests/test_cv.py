@@ -28,14 +28,14 @@ def logistic(params):
 def memory_study(spec):
     """An in-memory study as the driver opens one (name, directions, sampler, pruner)."""
     return optuna.create_study(
-        study_name=spec.name, directions=list(spec.directions), sampler=spec.sampler, pruner=spec.pruner
+        study_name=spec.name, directions=list(spec.directions_), sampler=spec.sampler_, pruner=spec.pruner_
     )
 
 
 def run(spec, arrays, study=None, **kwargs):
     """Ask a trial of an in-memory study, evaluate it, tell the result; return the frozen trial."""
     study = study or memory_study(spec)
-    folds = list(spec.cv.split(arrays["X"], arrays["y"], arrays.get("groups")))
+    folds = list(spec.cv_.split(arrays["X"], arrays["y"], arrays.get("groups")))
     trial = study.ask()
     try:
         study.tell(trial, evaluate(trial, spec, arrays, folds, **kwargs))
@@ -106,7 +106,7 @@ def test_default_scoring_and_callable_scorer_equal_cross_validate():
     trial = run(spec, {"X": X, "y": y})
     expected = cross_validate(Ridge(alpha=2.0), X, y, cv=splitter, scoring=scorer)["test_score"]
     assert [trial.user_attrs[f"split{k}_test_score"] for k in range(3)] == pytest.approx(expected, abs=1e-12)
-    assert spec.directions == ("maximize",)
+    assert spec.directions_ == ("maximize",)
 
 
 def test_multi_objective_names_results_by_metric(digits):
@@ -200,7 +200,7 @@ def test_sample_weight_and_groups_are_used():
     WeightRecorder.seen.clear()
     run(spec, arrays)
     assert len(WeightRecorder.seen) == 3 and all(n == w for n, w in WeightRecorder.seen)
-    for train, valid in spec.cv.split(X, y, arrays["groups"]):
+    for train, valid in spec.cv_.split(X, y, arrays["groups"]):
         assert not set(arrays["groups"][train]) & set(arrays["groups"][valid])
 
 
@@ -241,7 +241,7 @@ def test_non_finite_score_fails_the_trial(digits):
     study = memory_study(spec)
     trial = study.ask()
     with pytest.raises(NonFiniteScoreError, match="fold 0: test score is nan"):
-        evaluate(trial, spec, digits, list(spec.cv.split(digits["X"], digits["y"])))
+        evaluate(trial, spec, digits, list(spec.cv_.split(digits["X"], digits["y"])))
 
 
 def test_errors_in_user_code_propagate_and_are_described(digits):
@@ -251,7 +251,7 @@ def test_errors_in_user_code_propagate_and_are_described(digits):
     spec = StudySpec(name="broken", dataset="sklearn:digits", space={}, model=SklearnModel(broken_factory))
     trial = memory_study(spec).ask()
     with pytest.raises(ValueError) as raised:
-        evaluate(trial, spec, digits, list(spec.cv.split(digits["X"], digits["y"])))
+        evaluate(trial, spec, digits, list(spec.cv_.split(digits["X"], digits["y"])))
     description = describe_failure(raised.value)
     assert description["error_type"] == "ValueError"
     assert description["error_message"] == "no such kernel: 'rbff'"

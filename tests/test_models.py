@@ -37,7 +37,7 @@ def build_mlp(params, input_shape, n_classes):
 def run(spec, arrays):
     study = memory_study(spec)
     trial = study.ask()
-    folds = list(spec.cv.split(arrays["X"], arrays["y"]))
+    folds = list(spec.cv_.split(arrays["X"], arrays["y"]))
     study.tell(trial, evaluate(trial, spec, arrays, folds))
     return study.trials[trial.number]
 
@@ -64,7 +64,7 @@ def test_keras_mlp_on_digits_three_folds(digits):
     # the same study, trial number and fold give the same seeds: a re-run reproduces the fold's score
     study = memory_study(spec)
     rerun = study.ask()
-    evaluate(rerun, spec, digits, list(spec.cv.split(digits["X"], digits["y"]))[:1])
+    evaluate(rerun, spec, digits, list(spec.cv_.split(digits["X"], digits["y"]))[:1])
     assert study.trials[0].user_attrs["split0_test_score"] == pytest.approx(scores[0], abs=1e-6)
 
 
@@ -461,7 +461,7 @@ def test_a_fold_trained_in_a_dask_worker_scores_as_in_a_plain_process_while_anot
         metric="accuracy",
         model=KerasModel(build_mlp, epochs=1, batch_size=64),
     )
-    first_fold = list(spec.cv.split(digits["X"], digits["y"]))[:1]
+    first_fold = list(spec.cv_.split(digits["X"], digits["y"]))[:1]
 
     def fold_score():
         study = memory_study(spec)
@@ -489,14 +489,14 @@ def keras_spec(metric, **options):
      "root_mean_squared_error", "log_cosh", "poisson", "false_negatives", "val_loss"],
 )  # fmt: skip
 def test_a_lower_is_better_keras_metric_is_minimised_by_default(metric):
-    assert keras_spec(metric).directions == ("minimize",)
+    assert keras_spec(metric).directions_ == ("minimize",)
 
 
 @pytest.mark.parametrize(
     "metric", ["accuracy", "top_k_categorical_accuracy", "auc", "mean_iou", "f1_score", "r2_score", "cosine_similarity"]
 )
 def test_a_higher_is_better_keras_metric_is_maximised_by_default(metric):
-    assert keras_spec(metric).directions == ("maximize",)
+    assert keras_spec(metric).directions_ == ("maximize",)
 
 
 def test_every_name_keras_registers_as_a_loss_is_minimised_by_default():
@@ -504,7 +504,7 @@ def test_every_name_keras_registers_as_a_loss_is_minimised_by_default():
 
     names = {name for name in losses.ALL_OBJECTS_DICT if name.islower()} - {"cosine_similarity"}  # see MINIMIZED
     assert len(names) > 20
-    assert {name: keras_spec(name).direction for name in names} == dict.fromkeys(names, "minimize")
+    assert {name: keras_spec(name).directions_[0] for name in names} == dict.fromkeys(names, "minimize")
 
 
 def test_a_keras_metric_of_unknown_direction_asks_for_one():
@@ -513,8 +513,8 @@ def test_a_keras_metric_of_unknown_direction_asks_for_one():
     with pytest.raises(StudySpecError, match=r"^StudySpec.direction .*'my_score'.* direction='maximize'") as error:
         keras_spec("my_score")
     assert "\n" not in str(error.value)
-    assert keras_spec("my_score", direction="maximize").directions == ("maximize",)
-    assert keras_spec(["accuracy", "my_score"], directions=["maximize", "minimize"]).directions == (
+    assert keras_spec("my_score", direction="maximize").directions_ == ("maximize",)
+    assert keras_spec(["accuracy", "my_score"], directions=["maximize", "minimize"]).directions_ == (
         "maximize",
         "minimize",
     )

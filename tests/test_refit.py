@@ -144,7 +144,7 @@ def test_test_holdout_is_never_cross_validated_and_scores_the_refit(tmp_path):
     from sklearn.datasets import load_wine
 
     X, y = load_wine(return_X_y=True)
-    kept, held_out = spec.cv.partition(X, y)
+    kept, held_out = spec.cv_.partition(X, y)
     assert len(held_out) == math.ceil(0.25 * len(X)) and not set(kept) & set(held_out)
     used = {int(i) for train, valid in plan.folds for i in (*train, *valid)}
     assert used == set(kept.tolist()), "cross-validation must use every row but the hold-out, and only those"

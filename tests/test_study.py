@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from pathlib import Path
 
@@ -32,16 +33,17 @@ def spec(**overrides) -> StudySpec:
 
 def test_defaults():
     study = spec()
-    assert isinstance(study.cv, AutoKFold)
-    assert (study.cv.n_splits, study.cv.shuffle, study.cv.random_state) == (5, True, 0)
-    assert isinstance(study.sampler, optuna.samplers.TPESampler)
-    assert isinstance(study.pruner, KFoldPruner)
+    assert isinstance(study.cv_, AutoKFold)
+    assert (study.cv_.n_splits, study.cv_.shuffle, study.cv_.random_state) == (5, True, 0)
+    assert isinstance(study.sampler_, optuna.samplers.TPESampler)
+    assert isinstance(study.pruner_, KFoldPruner)
     assert study.metrics == (None,) and study.metric_names == ("score",)
-    assert study.directions == ("maximize",) and study.direction == "maximize"
+    assert study.directions_ == ("maximize",)
+    assert (study.cv, study.sampler, study.pruner, study.direction, study.directions) == (None,) * 5  # as given
     assert study.retries >= 0 and study.seed == 0 and not study.is_multi_objective
-    assert spec(cv=3).cv.n_splits == 3
+    assert spec(cv=3).cv_.n_splits == 3
     splitter = GroupKFold(4)
-    assert spec(cv=splitter).cv is splitter
+    assert spec(cv=splitter).cv_ is splitter
 
 
 @pytest.mark.parametrize(
@@ -59,15 +61,25 @@ def test_defaults():
     ],
 )
 def test_direction_is_inferred_from_the_metric(model, metric, expected):
-    assert spec(model=model, metric=metric).directions == (expected,)
+    assert spec(model=model, metric=metric).directions_ == (expected,)
 
 
 def test_multi_objective():
     study = spec(metric=["accuracy", "neg_log_loss"], directions=["maximize", "maximize"])
-    assert study.is_multi_objective and study.direction is None
+    assert study.is_multi_objective and study.directions == ["maximize", "maximize"]  # as given
     assert study.metric_names == ("accuracy", "neg_log_loss")
-    assert isinstance(study.pruner, optuna.pruners.NopPruner)
-    assert len(study.directions) == 2
+    assert isinstance(study.pruner_, optuna.pruners.NopPruner)
+    assert study.directions_ == ("maximize", "maximize")
+
+
+def test_a_spec_is_plain_data_that_dataclasses_replace_copies_with_new_values():
+    given = spec(cv=3, holdout=0.2, direction="maximize", sampler=lambda seed: optuna.samplers.RandomSampler(seed))
+    fewer = dataclasses.replace(given, n_trials=5)
+    assert fewer.n_trials == 5 and fewer.cv == 3 and fewer.holdout == 0.2 and fewer.direction == "maximize"
+    assert fewer.cv_.cv.n_splits == 3 and isinstance(fewer.sampler_, optuna.samplers.RandomSampler)
+    assert fewer == dataclasses.replace(given, n_trials=5) and fewer != given
+    with pytest.raises(StudySpecError, match="StudySpec.n_trials must be an int >= 1"):
+        dataclasses.replace(given, n_trials=0)
 
 
 @pytest.mark.parametrize(

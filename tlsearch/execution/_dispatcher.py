@@ -379,7 +379,7 @@ class Dispatcher:
             self._fail(trial_id, outcome)
             self.progress.running = self._trials_in_flight()
             self.progress.finished(number, TrialState.FAIL, None, self.last_error)
-            self.spec.run_callbacks(self.study, trial_id)
+            run_callbacks(self.spec, self.study, trial_id)
             return
         self.failed_in_a_row = 0
         # The trial object, not its number: telling by number looks its id up in the store (twice).
@@ -389,7 +389,7 @@ class Dispatcher:
             self.progress.best = self._best()  # the line printed for this trial counts it
         self.progress.running = self._trials_in_flight()
         self.progress.finished(number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}")
-        self.spec.run_callbacks(self.study, trial_id)
+        run_callbacks(self.spec, self.study, trial_id)
 
     def _expire_slow_trials(self) -> None:
         """Fail the trials running longer than `trial_timeout` (counted from when a worker took their task) as
@@ -489,3 +489,22 @@ class Dispatcher:
 def _task_error(result):
     """The exception of a task that did not finish (`as_completed` gives it alone or in an exc_info tuple)."""
     return result[1] if isinstance(result, tuple) else result
+
+
+def run_callbacks(spec, study: optuna.Study, trial_id: int) -> None:
+    """Call the spec's `callbacks` with the trial just recorded (its cv_results_ user attributes included), as
+    `Study.optimize` does; a callback that raises is logged as a warning, and the study goes on."""
+    if not spec.callbacks:
+        return
+    trial = compat.storage_of(study).get_trial(trial_id)
+    for callback in spec.callbacks:
+        try:
+            callback(study, trial)
+        except Exception as error:  # noqa: BLE001 - a tracking server down must not stop the study
+            log.warning(
+                "callback %s failed on trial %d: %s: %s",
+                getattr(callback, "__name__", type(callback).__name__),
+                trial.number,
+                type(error).__name__,
+                error,
+            )

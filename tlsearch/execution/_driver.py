@@ -242,9 +242,9 @@ def _open_study(spec, stores: Stores, name: str, resume: bool) -> tuple[optuna.S
         study = optuna.create_study(
             storage=storage,
             study_name=name,
-            directions=list(spec.directions),
-            sampler=spec.sampler,
-            pruner=spec.pruner,
+            directions=list(spec.directions_),
+            sampler=spec.sampler_,
+            pruner=spec.pruner_,
             load_if_exists=True,
         )
     finally:
@@ -274,7 +274,7 @@ def _study_exists(storage, name: str) -> bool:
 
 def _bind_study(study: optuna.Study, spec, stores: Stores, study_file) -> str:
     """Check the study's directions, bind it to its dataset and fold plan; the dataset's ref."""
-    name, directions = study.study_name, list(spec.directions)
+    name, directions = study.study_name, list(spec.directions_)
     if [d.name.lower() for d in study.directions] != [str(d).lower() for d in directions]:
         raise TLSearchError(
             f"study {name!r} optimizes {[d.name.lower() for d in study.directions]}, "
@@ -286,7 +286,7 @@ def _bind_study(study: optuna.Study, spec, stores: Stores, study_file) -> str:
     attrs = study_attrs.read(study)
     if study_attrs.FOLD_PLAN not in attrs:
         dataset = HostCache().open(store, dataset_ref)
-        plan = fold_plan_for(store, dataset, spec.cv)
+        plan = fold_plan_for(store, dataset, spec.cv_)
         for key, value in (
             (study_attrs.DATASET_REF, dataset_ref),
             (study_attrs.DATASET_HASH, info.hash),
@@ -301,7 +301,7 @@ def _bind_study(study: optuna.Study, spec, stores: Stores, study_file) -> str:
                 f"(sha256 {info.hash[:12]}): name the original version in the study file "
                 f"(dataset={attrs[study_attrs.DATASET_REF]!r}) or start a new study with --name"
             )
-        store.get_fold_plan(attrs[study_attrs.FOLD_PLAN]).check_matches(info, spec.cv)
+        store.get_fold_plan(attrs[study_attrs.FOLD_PLAN]).check_matches(info, spec.cv_)
         dataset_ref = attrs[study_attrs.DATASET_REF]
     with warnings.catch_warnings():  # experimental in Optuna 5; names the value in reports and the dashboard
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

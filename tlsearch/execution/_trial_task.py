@@ -125,10 +125,10 @@ def open_trial(spec, storage, study_name: str, trial_id: int, seed: int) -> optu
     The study object is new for every trial: Optuna's `Study` caches the study's trials per thread for its
     sampler and empties that cache only in `ask`, which runs in the driver, so a study object kept across
     trials would show every later trial the history as it was at the first. The sampler is the study's
-    (`spec.sampler`, the one whose `before_trial` started the trial in the driver) with its random state
+    (`spec.sampler_`, the one whose `before_trial` started the trial in the driver) with its random state
     seeded from `seed`: a grid's order or a QMC sequence comes from the study, each trial's draws from its seed."""
-    sampler = compat.seeded_copy(spec.sampler, seed)
-    study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler, pruner=spec.pruner)
+    sampler = compat.seeded_copy(spec.sampler_, seed)
+    study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler, pruner=spec.pruner_)
     return compat.open_trial(study, trial_id)
 
 

@@ -280,9 +280,9 @@ def _fit(spec, params: dict, arrays) -> tuple[object, float | None]:
     X, y, weights = arrays["X"], arrays["y"], arrays.get("sample_weight")
     trainer = spec.model.trainer(spec, arrays)
     seed = derive_seed(spec.seed, spec.name, "full")  # distinct from every fold's
-    if not isinstance(spec.cv, Holdout):
+    if not isinstance(spec.cv_, Holdout):
         return trainer.fit_full(params, X, y, weights, seed), None
-    train, test = spec.cv.partition(X, y)
+    train, test = spec.cv_.partition(X, y)
     model = trainer.fit_full(params, X[train], y[train], None if weights is None else weights[train], seed)
     score = getattr(trainer, "score", None)
     return model, None if score is None else score(model, X[test], y[test])[0]

@@ -27,8 +27,8 @@ def load(stores: Stores, name: str, spec=None) -> optuna.Study:
         return optuna.load_study(
             study_name=name,
             storage=stores.study_storage(),
-            sampler=spec.sampler if spec else None,
-            pruner=spec.pruner if spec else None,
+            sampler=spec.sampler_ if spec else None,
+            pruner=spec.pruner_ if spec else None,
         )
     except KeyError:
         raise TLSearchError(f"no study named {name!r} in {stores.describe()}") from None
