@@ -4,9 +4,11 @@ Also: plain Optuna reads the journal file tlsearch writes."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import time
+from pathlib import Path
 
 import numpy as np
 import optuna
@@ -17,17 +19,42 @@ from optuna.trial import TrialState
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-# (module, name): every private import of the compatibility module.
-PRIVATE_IMPORTS = [
-    ("optuna.storages._heartbeat", "BaseHeartbeat"),
-    ("optuna.storages.journal._file", "BaseJournalFileLock"),
-    ("optuna.storages.journal._file", "get_lock_file"),
-    ("optuna.storages.journal._storage", "JournalOperation"),
-    ("optuna.samplers._lazy_random_state", "LazyRandomState"),
-    ("optuna.storages._base", "DEFAULT_STUDY_NAME_PREFIX"),
-    ("optuna.study._frozen", "FrozenStudy"),
-    ("optuna.artifacts._protocol", "ArtifactStore"),
-]
+
+def private_imports() -> list[tuple[str, str]]:
+    """(module, name): every import of the compatibility module from a private Optuna module or of a private
+    name, read from its source, so the list cannot drift from what the module imports."""
+    from tlsearch._compat import optuna as compat
+
+    found = []
+    for node in ast.walk(ast.parse(Path(compat.__file__).read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "optuna":
+            private_module = any(part.startswith("_") for part in node.module.split("."))
+            found += [(node.module, a.name) for a in node.names if private_module or a.name.startswith("_")]
+    return found
+
+
+PRIVATE_IMPORTS = private_imports()
+
+
+def test_the_private_imports_are_found():
+    assert ("optuna.samplers._lazy_random_state", "LazyRandomState") in PRIVATE_IMPORTS
+    assert ("optuna.artifacts._protocol", "ArtifactStore") in PRIVATE_IMPORTS  # under TYPE_CHECKING
+
+
+def test_no_module_outside_compat_imports_a_private_optuna_name():
+    package = Path(__file__).resolve().parents[1] / "tlsearch"
+    offenders = []
+    for path in package.rglob("*.py"):
+        if "_compat" in path.parts or "examples" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "optuna":
+                names = [node.module, *(a.name for a in node.names)]
+                if any(part.startswith("_") for name in names for part in name.split(".")):
+                    offenders.append(f"{path.relative_to(package)}: from {node.module} import ...")
+            elif isinstance(node, ast.Attribute) and node.attr in {"_get_latest_trial", "_cached_frozen_trial"}:
+                offenders.append(f"{path.relative_to(package)}: .{node.attr}")
+    assert offenders == []
 
 
 @pytest.mark.parametrize("module, name", PRIVATE_IMPORTS, ids=[f"{m}.{n}" for m, n in PRIVATE_IMPORTS])
@@ -161,3 +188,17 @@ def test_plain_optuna_reads_the_journal_tlsearch_writes(tmp_path):
     assert loaded.best_trial.intermediate_values == {0: 0.75}
     assert plain.get_study_system_attrs(loaded._study_id)["tlsearch:dataset_ref"] == "iris@1"
     assert np.isclose(loaded.trials[0].value, 0.25)
+
+
+@pytest.mark.parametrize("without_the_method", [False, True], ids=["Trial._get_latest_trial", "storage fallback"])
+def test_latest_trial_has_the_reported_values(tmp_path, monkeypatch, without_the_method):
+    from tlsearch._compat import optuna as compat
+
+    if without_the_method:  # as if a new Optuna removed it
+        monkeypatch.delattr(optuna.trial.Trial, "_get_latest_trial")
+    study = optuna.create_study(storage=_journal(tmp_path), study_name="latest")
+    trial = study.ask()
+    trial.report(0.25, 0)
+    trial.report(0.5, 1)
+    latest = compat.latest_trial(trial)
+    assert latest.number == trial.number and latest.intermediate_values == {0: 0.25, 1: 0.5}
