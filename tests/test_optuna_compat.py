@@ -135,12 +135,12 @@ def test_journal_batch_append_replays(tmp_path):
     study = optuna.create_study(storage=storage, study_name="batch")
     trial_id = compat.trial_id(study.ask())
     storage.set_trial_user_attrs(trial_id, {"a": 1, "b": [2, 3]})
-    storage.set_trial_intermediate_value_and_user_attrs(trial_id, 0, 0.25, {"c": "x"})
+    storage.set_trial_user_attrs(trial_id, {"c": "x"})
+    storage.set_trial_intermediate_value(trial_id, 0, 0.25)
     trial = storage.get_trial(trial_id)
     assert trial.user_attrs == {"a": 1, "b": [2, 3], "c": "x"} and trial.intermediate_values == {0: 0.25}
     assert compat.journal_file_path(storage) == str(tmp_path / "studies.journal"), "JournalStorage._backend"
-    for operation in ("SET_TRIAL_USER_ATTR", "SET_TRIAL_INTERMEDIATE_VALUE"):
-        assert hasattr(compat.JournalOperation, operation), f"JournalOperation.{operation}"
+    assert hasattr(compat.JournalOperation, "SET_TRIAL_USER_ATTR"), "JournalOperation.SET_TRIAL_USER_ATTR"
 
 
 def test_journal_lock_protocol():
@@ -177,9 +177,8 @@ def test_plain_optuna_reads_the_journal_tlsearch_writes(tmp_path):
     for value in (0.25, 0.75):
         trial = study.ask()
         trial.suggest_float("x", 0, 1)
-        storage.set_trial_intermediate_value_and_user_attrs(
-            compat.trial_id(trial), 0, value, {"split0_test_score": value}
-        )
+        storage.set_trial_user_attrs(compat.trial_id(trial), {"split0_test_score": value})
+        trial.report(value, 0)
         study.tell(trial, value)
     plain = JournalStorage(JournalFileBackend(str(tmp_path / "studies.journal")))
     loaded = optuna.load_study(study_name="plain", storage=plain)

@@ -71,10 +71,6 @@ def trial_row(trial: FrozenTrial) -> dict:
     return row
 
 
-def trial_rows(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list[dict]:
-    return [trial_row(t) for t in study.get_trials(deepcopy=False, states=states)]
-
-
 # scikit-learn's cv_results_ order; the split columns go after these.
 _CV_COLUMNS = (
     "rank_test_score",

@@ -31,22 +31,12 @@ except ImportError:  # Windows: Optuna's own lock alone
 
 
 class JournalStorage(optuna.storages.JournalStorage):
-    """`optuna.storages.JournalStorage` plus two batched writes that append several operations in one
-    locked, synced write instead of one each (a k-fold trial stores a dozen attributes, a few per fold)."""
+    """`optuna.storages.JournalStorage` plus a batched write, `set_trial_user_attrs`, that appends several
+    operations in one locked, synced write instead of one each (a k-fold trial stores a dozen attributes, a few
+    per fold)."""
 
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
         self._append(self._user_attr_logs(trial_id, attrs))
-
-    def set_trial_intermediate_value_and_user_attrs(
-        self, trial_id: int, step: int, intermediate_value: float, attrs: Mapping[str, Any]
-    ) -> None:
-        report = {
-            "op_code": JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE,
-            "trial_id": trial_id,
-            "step": step,
-            "intermediate_value": intermediate_value,
-        }
-        self._append([report, *self._user_attr_logs(trial_id, attrs)])
 
     @staticmethod
     def _user_attr_logs(trial_id: int, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
