@@ -258,7 +258,7 @@ def test_store_built_from_a_url_pickles_and_reconnects(store, tmp_path):
 
 def test_store_built_from_a_client_refuses_to_pickle(mongo_client, mongo_db_name):
     store = MongoArtifactStore(mongo_client, mongo_db_name)
-    with pytest.raises(TypeError, match="build it from a URL"):
+    with pytest.raises(TypeError, match="build it from a URI"):
         pickle.dumps(store)
 
 

@@ -28,7 +28,7 @@ def is_class_labels(y: np.ndarray) -> bool:
 class Fold:
     """One fold's rows, already read from the dataset (only these rows are in memory).
 
-    index is the 0-based fold number; seed is the fold's seed, derived from (study seed, study name,
+    index is the fold's 0-based position in its plan; seed is the fold's seed, derived from (study seed, study name,
     trial number, index); random and numpy_random are the fold's own generators (a random.Random and a NumPy
     Generator seeded with it, unless given), which no other thread draws from; sample_weight holds the training rows' weights, or None; trial_number is the
     trial's number. epoch_hook, where the study prunes on epochs (tlsearch.cv.epoch_hook), is called by

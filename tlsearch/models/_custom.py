@@ -55,7 +55,7 @@ class CustomLoopTrainer(FoldTrainer):
 class CustomLoop(ModelKind):
     """Your own training loop: `fn(params, fold, report) -> score` (a list of scores when multi-objective).
 
-    `fold` has x_train, y_train, x_validation, y_validation, index (0-based fold number), seed, sample_weight
+    `fold` has x_train, y_train, x_validation, y_validation, index (the 0-based fold index), seed, sample_weight
     (the training rows' weights or None), and the fold's own generators `random` (a `random.Random`) and
     `numpy_random` (a NumPy `Generator`), seeded from its seed: draw from these, not from the global `random`
     or `np.random`, which are seeded per fold too but shared with other threads of a worker (Dask's among them). The arrays are read-only views of this host's dataset cache:

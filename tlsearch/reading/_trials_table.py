@@ -42,7 +42,7 @@ def _is_number(value: object) -> bool:
 
 
 def fold_scores(trial: FrozenTrial) -> dict[int, float]:
-    """The trial's validation score per fold number, in fold order (a pruned trial lacks its later folds)."""
+    """The trial's validation score per fold index, in fold order (a pruned trial lacks its later folds)."""
     folds = sorted(
         (int(m.group(1)), value)
         for key, value in trial.user_attrs.items()
