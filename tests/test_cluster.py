@@ -31,6 +31,7 @@ study = tlsearch.StudySpec(name="on-workers", dataset="sklearn:iris", model=tlse
 """
 
 
+@pytest.mark.slow
 def test_worker_command_joins_a_scheduler_and_runs_trials(tmp_path):
     study_file = tmp_path / "study.py"
     study_file.write_text(STUDY)
@@ -89,6 +90,7 @@ study = tlsearch.StudySpec(name="packed", dataset="sklearn:iris", model=tlsearch
 """
 
 
+@pytest.mark.slow
 def test_two_trials_share_one_gpu_and_a_third_waits(tmp_path):
     """`tlsearch worker --gpus 0 --trials-per-gpu 2` (CUDA_VISIBLE_DEVICES=0 is harmless on a CPU-only
     host): two trials run on GPU 0 at the same time, never three, and each records its worker and GPU."""
@@ -163,6 +165,7 @@ def test_gpu_slots_pin_devices_and_advertise_shares(monkeypatch):
         cluster.worker_specs("0", trials_per_gpu=0)
 
 
+@pytest.mark.slow
 def test_the_local_cluster_listens_on_loopback_only():
     """Scheduler, dashboard and workers of `tlsearch run`'s local cluster: nothing reachable from another host."""
     import psutil
@@ -228,6 +231,7 @@ def test_the_local_cluster_refuses_a_client_without_its_certificate():
                 _handshake(target, **connection_args)
 
 
+@pytest.mark.slow
 def test_worker_and_driver_find_the_scheduler_through_its_scheduler_file(tmp_path):
     from tlsearch import cli
 

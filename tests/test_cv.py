@@ -44,6 +44,7 @@ def run(spec, arrays, study=None, **kwargs):
     return study.trials[trial.number]
 
 
+@pytest.mark.slow
 def test_fold_scores_equal_cross_validate(digits):
     splitter = StratifiedKFold(4, shuffle=True, random_state=3)
     spec = StudySpec(
@@ -109,6 +110,7 @@ def test_default_scoring_and_callable_scorer_equal_cross_validate():
     assert spec.directions_ == ("maximize",)
 
 
+@pytest.mark.slow
 def test_multi_objective_names_results_by_metric(digits):
     splitter = StratifiedKFold(3, shuffle=True, random_state=0)
     spec = StudySpec(
@@ -140,6 +142,7 @@ def choose_model(params):
     return DummyClassifier() if params["model"] == "dummy" else LogisticRegression(C=0.1, max_iter=3000)
 
 
+@pytest.mark.slow
 def test_hopeless_trial_is_pruned_after_its_first_fold(digits):
     spec = StudySpec(
         name="prune",
@@ -163,6 +166,7 @@ def test_hopeless_trial_is_pruned_after_its_first_fold(digits):
     assert attrs["prune_reason"]["fold"] == 0 and attrs["prune_reason"]["reference_trial"] in (0, 1, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 def test_wilcoxon_pruner_gets_each_fold_score(digits):
     spec = StudySpec(

@@ -77,6 +77,7 @@ def _wait_for_running(load, process, timeout=120):
     raise AssertionError(f"no trial running after {timeout} s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_to_the_process_group_lets_running_trials_complete(tmp_path, signum, exit_code):
     study_file = write_study(tmp_path, n_trials=20, sleep=0.5)
@@ -99,6 +100,7 @@ def test_signal_to_the_process_group_lets_running_trials_complete(tmp_path, sign
     assert all(study.trials[number].state == TrialState.COMPLETE for number in running)
 
 
+@pytest.mark.slow
 def test_second_ctrl_c_fails_running_trials_as_interrupted_and_queues_retries(tmp_path):
     stores = Stores(home=tmp_path / "home")
     process, output = ctrl_c_twice(_driver(tmp_path, write_study(tmp_path, n_trials=20, sleep=3)), stores)
@@ -114,6 +116,7 @@ def test_second_ctrl_c_fails_running_trials_as_interrupted_and_queues_retries(tm
     assert count(study, TrialState.RUNNING) == 0
 
 
+@pytest.mark.slow
 def test_a_study_whose_every_trial_fails_exits_non_zero(tmp_path, capsys):
     study_file = write_study(tmp_path, n_trials=3, body='raise ValueError("always")')
     code = cli.main(
@@ -123,6 +126,7 @@ def test_a_study_whose_every_trial_fails_exits_non_zero(tmp_path, capsys):
     assert "run ended: too many trials failed in a row" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", ["mongo", "local"])
 def test_four_drivers_finish_exactly_n_trials(tmp_path, store, request):
     study_file = write_study(tmp_path, n_trials=12, sleep=0.1)
@@ -142,6 +146,7 @@ def test_four_drivers_finish_exactly_n_trials(tmp_path, store, request):
     assert count(study, TrialState.RUNNING) == count(study, TrialState.WAITING) == 0
 
 
+@pytest.mark.slow
 def test_a_killed_drivers_trials_are_failed_and_retried_by_a_live_one(tmp_path, mongo_uri, mongo_db_name):
     study_file = write_study(tmp_path, n_trials=10, sleep=0.5)
     stores = Stores(mongo_uri, mongo_db_name, tmp_path / "home")
@@ -169,6 +174,7 @@ def test_a_killed_drivers_trials_are_failed_and_retried_by_a_live_one(tmp_path, 
     assert count(study, TrialState.RUNNING) == count(study, TrialState.WAITING) == 0
 
 
+@pytest.mark.slow
 def test_run_without_the_main_guard_says_to_add_it(tmp_path):
     study_file = write_study(tmp_path, n_trials=2)
     process = _script(tmp_path, study_file, guard="")
@@ -215,6 +221,7 @@ def test_a_failed_start_leaves_no_empty_study(tmp_path, capsys):
         study_attrs.load(Stores(home=tmp_path / "home"), "engine")
 
 
+@pytest.mark.slow
 def test_a_finished_study_has_nothing_to_do(tmp_path, capsys):
     study_file = write_study(tmp_path, n_trials=2)
     args = ["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1", "--progress", "off"]
@@ -226,6 +233,7 @@ def test_a_finished_study_has_nothing_to_do(tmp_path, capsys):
     assert "report:" not in captured.out and "dashboard" not in captured.err
 
 
+@pytest.mark.slow
 def test_tied_best_trials_print_one_and_say_how_many_tie(tmp_path, capsys):
     study_file = write_study(tmp_path, n_trials=3, body="return 1.0")
     assert (

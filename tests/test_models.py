@@ -42,6 +42,7 @@ def run(spec, arrays):
     return study.trials[trial.number]
 
 
+@pytest.mark.slow
 def test_keras_mlp_on_digits_three_folds(digits):
     spec = StudySpec(
         name="keras-digits",
@@ -68,6 +69,7 @@ def test_keras_mlp_on_digits_three_folds(digits):
     assert study.trials[0].user_attrs["split0_test_score"] == pytest.approx(scores[0], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_keras_early_stopping_and_scikit_learn_scorers(digits):
     spec = StudySpec(
         name="keras-scorers",
@@ -87,6 +89,7 @@ def test_keras_early_stopping_and_scikit_learn_scorers(digits):
         assert 0.6 < attrs[f"split{k}_test_balanced_accuracy"] <= 1.0
 
 
+@pytest.mark.slow
 def test_keras_regression_and_binary_sigmoid_outputs():
     import keras
 
@@ -129,6 +132,7 @@ def test_keras_regression_and_binary_sigmoid_outputs():
     assert 0.0 <= run(binary, {"X": X, "y": y}).value <= 1.0
 
 
+@pytest.mark.slow
 def test_non_finite_loss_fails_the_trial(digits):
     import keras
 
@@ -150,6 +154,7 @@ def test_non_finite_loss_fails_the_trial(digits):
     assert describe_failure(raised.value)["error_retryable"] is False
 
 
+@pytest.mark.slow
 def test_builder_errors_propagate(digits):
     def broken(params, input_shape, n_classes):
         raise KeyError("units")
@@ -169,6 +174,7 @@ def fit_full(spec, params, X, y):
     return spec.model.trainer(spec, {"X": X, "y": y}).fit_full(params, X, y, None, 0)
 
 
+@pytest.mark.slow
 def test_fit_full_returns_trained_models(digits):
     X, y = np.asarray(digits["X"]), np.asarray(digits["y"])
     keras_spec = StudySpec(name="full", dataset="d", space=SMALL_MLP, model=KerasModel(build_mlp, epochs=2))
@@ -190,6 +196,7 @@ def test_fit_full_returns_trained_models(digits):
     assert fit_full(custom, {}, X, y) == ("trained", len(X))
 
 
+@pytest.mark.slow
 def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digits):
     import keras
 
@@ -232,6 +239,7 @@ def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digi
     assert scores["deterministic"] == pytest.approx(scores["alternating"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_a_trial_reuses_the_model_an_earlier_trial_traced_when_only_its_learning_rate_differs(digits):
     import keras
 
@@ -280,6 +288,7 @@ def test_a_trial_reuses_the_model_an_earlier_trial_traced_when_only_its_learning
     assert trial(deterministic, weight_decay=1e-4)[1] == 1  # a constant of the traced update: anew too
 
 
+@pytest.mark.slow
 def test_steps_per_call_leave_the_scores_as_they_are_and_stay_at_one_under_the_studys_callbacks(digits):
     built, scores = [], {}
 
@@ -321,6 +330,7 @@ def _backend_state():
     )
 
 
+@pytest.mark.slow
 def test_workers_run_keras_on_their_share_of_the_cores_and_only_keras_studies_import_it(tmp_path):
     import distributed
 
@@ -350,6 +360,7 @@ def test_workers_run_keras_on_their_share_of_the_cores_and_only_keras_studies_im
             assert set(client.run(_backend_state).values()) == {(share, share, True)}
 
 
+@pytest.mark.slow
 def test_seeding_without_clearing_tensorflows_caches_trains_as_keras_set_random_seed_does(digits, monkeypatch):
     """tlsearch seeds each fold without clearing TensorFlow's kernel cache (see _keras_backend.set_random_seed);
     with dropout, early stopping and a shuffled pipeline, the fold scores equal those of keras.utils.set_random_seed,
@@ -381,6 +392,7 @@ def test_seeding_without_clearing_tensorflows_caches_trains_as_keras_set_random_
     assert len(set(scores["tlsearch"])) > 1  # the folds differ: their scores are not a constant
 
 
+@pytest.mark.slow
 def test_small_folds_go_in_as_a_pipeline_that_reports_what_keras_reports_for_the_arrays(digits):
     import keras
     import tensorflow as tf
@@ -405,6 +417,7 @@ def test_small_folds_go_in_as_a_pipeline_that_reports_what_keras_reports_for_the
     assert piped == pytest.approx(direct, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_a_worker_keeps_tensorflows_kernels_for_the_model_it_keeps_and_drops_them_with_it(digits, monkeypatch):
     """Between trials of one structure the traced model's instantiated functions stay in TensorFlow's kernel
     cache; when another structure replaces the kept model the cache is cleared, so a search over many
@@ -499,6 +512,7 @@ def test_a_higher_is_better_keras_metric_is_maximised_by_default(metric):
     assert keras_spec(metric).directions_ == ("maximize",)
 
 
+@pytest.mark.slow
 def test_every_name_keras_registers_as_a_loss_is_minimised_by_default():
     from keras.src import losses
 
@@ -520,6 +534,7 @@ def test_a_keras_metric_of_unknown_direction_asks_for_one():
     )
 
 
+@pytest.mark.slow
 def test_a_kept_model_stands_in_only_for_a_trial_whose_compiled_loss_and_metric_are_its_own(digits):
     """A loss and a metric whose parameter is not in their get_config(): a later trial on the worker with other
     values trains and scores with its own objects, as a fresh model would; with the same values it still reuses."""

@@ -132,6 +132,7 @@ study = tlsearch.StudySpec(
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_pruned_trials_of_a_run_record_why(tmp_path):
     path = tmp_path / "study.py"

@@ -72,6 +72,7 @@ def test_settings_and_the_keywords_it_resolves_are_not_both_given(tmp_path):
         tlsearch.drive(None, settings=tlsearch.Settings(), home=tmp_path)
 
 
+@pytest.mark.slow
 def test_import_tlsearch_imports_no_optuna_dask_or_tensorflow():
     code = "import sys, tlsearch; dir(tlsearch); print(sorted(m for m in ('optuna', 'distributed', 'tensorflow', 'sklearn') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

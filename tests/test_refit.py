@@ -89,6 +89,7 @@ def sklearn_refit(tmp_path_factory):
     return _run_and_refit(tmp_path_factory.mktemp("sklearn"), SKLEARN_STUDY, "wine")
 
 
+@pytest.mark.slow
 def test_sklearn_refit_round_trip_in_a_fresh_process(sklearn_refit):
     spec, stores, record, path = sklearn_refit
     study = study_attrs.load(stores, spec.name)
@@ -97,6 +98,7 @@ def test_sklearn_refit_round_trip_in_a_fresh_process(sklearn_refit):
     assert path.suffix == ".skops"
 
 
+@pytest.mark.slow
 def test_keras_refit_round_trip_in_a_fresh_process(tmp_path):
     spec, stores, record, path = _run_and_refit(tmp_path, KERAS_STUDY, "iris")
     assert record.format == "keras" and record.classes == ["setosa", "versicolor", "virginica"]
@@ -106,6 +108,7 @@ def test_keras_refit_round_trip_in_a_fresh_process(tmp_path):
     assert set(tlsearch.predict(model, load_iris().data)) <= {"setosa", "versicolor", "virginica"}
 
 
+@pytest.mark.slow
 def test_model_of_a_changed_dataset_is_refused(sklearn_refit):
     spec, stores, record, _ = sklearn_refit
     study = study_attrs.load(stores, spec.name)
@@ -117,6 +120,7 @@ def test_model_of_a_changed_dataset_is_refused(sklearn_refit):
         study_attrs.write(study, study_attrs.DATASET_HASH, record.dataset_hash)
 
 
+@pytest.mark.slow
 def test_tampered_model_is_refused(sklearn_refit, tmp_path):
     spec, stores, record, _ = sklearn_refit
     with open(tmp_path / "tampered.skops", "wb") as f:
@@ -134,6 +138,7 @@ def test_study_without_refit_says_how_to_make_one(tmp_path):
         load_model("plain", stores=stores)
 
 
+@pytest.mark.slow
 def test_test_holdout_is_never_cross_validated_and_scores_the_refit(tmp_path):
     study_file = tmp_path / "study.py"
     study_file.write_text(SKLEARN_STUDY.replace("n_trials=3)", "n_trials=2, holdout=0.25)"))
@@ -161,6 +166,7 @@ def _keras_file(tmp_path, *layers):
     return path
 
 
+@pytest.mark.slow
 def test_keras_model_with_a_lambda_layer_is_refused(tmp_path):
     import keras
 
@@ -171,6 +177,7 @@ def test_keras_model_with_a_lambda_layer_is_refused(tmp_path):
         load_model_file(path)
 
 
+@pytest.mark.slow
 def test_keras_model_with_an_unregistered_custom_object_is_refused(tmp_path):
     import json
     import zipfile
@@ -201,6 +208,7 @@ study = tlsearch.StudySpec(name="medals", dataset="medals", model=tlsearch.Sklea
 """
 
 
+@pytest.mark.slow
 def test_the_refit_model_predicts_the_original_labels(tmp_path):
     from tlsearch import cli
 

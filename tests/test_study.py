@@ -192,6 +192,7 @@ def test_digits_study_file_stays_tiny():
     assert len(lines) <= 25
 
 
+@pytest.mark.slow
 def test_loading_a_scikit_learn_study_does_not_import_keras():
     import subprocess
     import sys

@@ -170,6 +170,7 @@ def small_tmpfs(tmp_path):
         subprocess.run(["umount", str(mount_point)], check=True)
 
 
+@pytest.mark.slow
 def test_a_full_filesystem_gives_one_line_and_keeps_the_previous_report(tmp_path, small_tmpfs, capsys):
     home = tmp_path / "home"
     _study(home)
