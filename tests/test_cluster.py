@@ -11,6 +11,7 @@ import distributed
 import pytest
 from optuna.trial import TrialState
 
+from tlsearch.errors import TLSearchError
 from tlsearch.execution import _cluster as cluster
 from tlsearch.execution import _driver as driver
 from tlsearch.reading import _study_attrs as study_attrs
@@ -161,7 +162,7 @@ def test_gpu_slots_pin_devices_and_advertise_shares(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     cpu = cluster.worker_specs("all", 1, cpu_workers=3)
     assert len(cpu) == 3 and all(not s["resources"] for s in cpu)
-    with pytest.raises(Exception, match="at least 1"):
+    with pytest.raises(TLSearchError, match="at least 1"):
         cluster.worker_specs("0", trials_per_gpu=0)
 
 

@@ -208,7 +208,7 @@ def test_bad_budget_options_are_refused_before_a_study_exists(tmp_path, capsys, 
     assert code == 1
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and field in error[0] and option in error[0], error
-    with pytest.raises(Exception, match="no study named"):
+    with pytest.raises(TLSearchError, match="no study named"):
         study_attrs.load(Stores(home=tmp_path / "home"), "engine")
 
 
@@ -217,7 +217,7 @@ def test_a_failed_start_leaves_no_empty_study(tmp_path, capsys):
     study_file.write_text(study_file.read_text().replace("sklearn:iris", "sklearn:no-such-dataset"))
     assert cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--no-report"]) == 1
     assert "no-such-dataset" in capsys.readouterr().err
-    with pytest.raises(Exception, match="no study named"):
+    with pytest.raises(TLSearchError, match="no study named"):
         study_attrs.load(Stores(home=tmp_path / "home"), "engine")
 
 
