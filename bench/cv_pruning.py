@@ -7,7 +7,7 @@ with an in-memory Optuna study, through tlsearch.cv.evaluate and memory-mapped a
     no pruning           NopPruner
     MedianPruner         Optuna's MedianPruner on the running mean reported after each fold
     WilcoxonPruner       Optuna's WilcoxonPruner(p_threshold=0.1) on each fold's score
-    KFoldPruner          tlsearch.pruners.KFoldPruner() on the running mean (the default)
+    KFoldPruner          tlsearch.cv.KFoldPruner() on the running mean (the default)
 
 and prints, per strategy, folds trained, wall time and best mean CV score (averaged over the seeds), and
 each strategy's fold saving and best-score gap relative to no pruning.
@@ -34,9 +34,9 @@ from sklearn.model_selection import StratifiedKFold
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from search_spaces.tree_ensembles import make_random_forest, random_forest  # noqa: E402
-from tlsearch import cv  # noqa: E402
-from tlsearch.pruners import KFoldPruner  # noqa: E402
-from tlsearch.study import SklearnModel, StudySpec  # noqa: E402
+from tlsearch.cv import _evaluate as cv  # noqa: E402
+from tlsearch.cv._pruners import KFoldPruner  # noqa: E402
+from tlsearch.spec._spec import SklearnModel, StudySpec  # noqa: E402
 
 STRATEGIES = {
     "no pruning": optuna.pruners.NopPruner,
@@ -62,7 +62,7 @@ def run_strategy(make_pruner, seed: int, n_trials: int, n_folds: int, arrays: di
         pruner=make_pruner(),
         seed=seed,
     )
-    folds = list(spec.cv.split(arrays["X"], arrays["y"]))
+    folds = list(spec.cv_.split(arrays["X"], arrays["y"]))
     study = spec.create_study()
     started = time.perf_counter()
     for _ in range(n_trials):

@@ -36,8 +36,9 @@ import psutil
 import pymongo
 
 import tlsearch
-from tlsearch import cluster, driver
-from tlsearch.stores import Stores
+from tlsearch.execution import _cluster as cluster
+from tlsearch.execution import _driver as driver
+from tlsearch.stores._stores import Stores
 
 FOLDS, FOLD_SECONDS = 5, 0.2
 

@@ -24,8 +24,9 @@ import distributed
 import optuna
 
 import tlsearch
-from tlsearch import cluster, driver
-from tlsearch.stores import Stores
+from tlsearch.execution import _cluster as cluster
+from tlsearch.execution import _driver as driver
+from tlsearch.stores._stores import Stores
 
 FOLDS = 5
 FOLD_SECONDS = 0.5

@@ -146,7 +146,7 @@ def run_packing(data: Path, home: Path, packing: int, args) -> dict:
     import distributed
 
     import tlsearch
-    from tlsearch.stores import Stores
+    from tlsearch.stores._stores import Stores
 
     with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=None) as scheduler:
         with packed_workers(scheduler.scheduler_address, args.gpu, packing), distributed.Client(scheduler) as client:

@@ -179,7 +179,7 @@ def study_spec(kind: str, n_trials: int, n_folds: int, epochs: int):
 def run_tlsearch(kind: str, args, home: Path) -> dict:
     """`tlsearch.run` with one worker process; trial durations from the study store."""
     import tlsearch
-    from tlsearch.stores import Stores
+    from tlsearch.stores._stores import Stores
 
     started = time.time()
     with CpuSampler() as sampler:
@@ -271,9 +271,10 @@ def breakdown(kind: str, args, home: Path) -> dict[str, float]:
     import keras
 
     import tlsearch
-    from tlsearch import cv, trial_task
+    from tlsearch.cv import _evaluate as cv
+    from tlsearch.execution import _trial_task as trial_task
     from tlsearch.models import _keras
-    from tlsearch.stores import Stores
+    from tlsearch.stores._stores import Stores
 
     watch, per_trial = Stopwatch(), []
     open_trial = trial_task.open_trial

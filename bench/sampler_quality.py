@@ -37,9 +37,9 @@ import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tlsearch import driver  # noqa: E402
-from tlsearch.stores import Stores  # noqa: E402
-from tlsearch.study import load_study_file  # noqa: E402
+from tlsearch.execution import _driver as driver  # noqa: E402
+from tlsearch.spec._spec import load_study_file  # noqa: E402
+from tlsearch.stores._stores import Stores  # noqa: E402
 
 CENTER = (1.5, -2.0, 0.5, 3.0)
 
@@ -96,7 +96,7 @@ def mlp_in_process_best(seed: int, trials: int, epochs: int, folder: Path) -> fl
     """Plain Optuna TPE in this process, one trial at a time, on the same study through tlsearch.cv.evaluate."""
     from sklearn.datasets import load_digits
 
-    from tlsearch import cv
+    from tlsearch.cv import _evaluate as cv
 
     path = folder / "mlp_in_process.py"
     path.write_text(
@@ -107,7 +107,7 @@ def mlp_in_process_best(seed: int, trials: int, epochs: int, folder: Path) -> fl
     spec = load_study_file(path)
     X, y = load_digits(return_X_y=True)
     arrays = {"X": X.astype("float32"), "y": y}
-    folds = list(spec.cv.split(X, y))
+    folds = list(spec.cv_.split(X, y))
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
     study.optimize(lambda trial: cv.evaluate(trial, spec, arrays, folds), n_trials=trials)
     return study.best_value

@@ -64,9 +64,9 @@ from optuna.trial import TrialState
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tlsearch import cv  # noqa: E402
-from tlsearch.pruners import EpochPruneDecision, EpochPruning, KFoldPruner  # noqa: E402
-from tlsearch.study import CustomLoop, SklearnModel, StudySpec  # noqa: E402
+from tlsearch.cv import _evaluate as cv  # noqa: E402
+from tlsearch.cv._pruners import EpochPruneDecision, EpochPruning, KFoldPruner  # noqa: E402
+from tlsearch.spec._spec import CustomLoop, SklearnModel, StudySpec  # noqa: E402
 
 OLD_PRUNER_COMMIT = "014f684"
 REACH = 0.005  # "within 0.5% of the best known"
@@ -277,7 +277,7 @@ def gboost_study() -> Study:
 def keras_study(study_file: str, n_folds: int, cheap: bool, epochs: int | None = None) -> Study:
     from sklearn.datasets import load_digits
 
-    from tlsearch.study import load_study_file
+    from tlsearch.spec._spec import load_study_file
 
     base = load_study_file(ROOT / "studies" / study_file)
     model = base.model if epochs is None else dataclasses.replace(base.model, epochs=epochs)
@@ -318,13 +318,13 @@ class Search:
 
 def in_memory_study(spec: StudySpec) -> optuna.Study:
     """An in-memory Optuna study as the driver opens one (directions, sampler, pruner)."""
-    return optuna.create_study(directions=list(spec.directions), sampler=spec.sampler, pruner=spec.pruner)
+    return optuna.create_study(directions=list(spec.directions_), sampler=spec.sampler_, pruner=spec.pruner_)
 
 
 def search(study: Study, make_pruner, seed: int, budget: int) -> Search:
     """Run TPE trials until `budget` (folds, or fold-epochs for Keras) is spent; record the pick after each trial."""
     spec = study.make_spec(seed, make_pruner(), None)
-    folds = list(spec.cv.split(study.arrays["X"], study.arrays["y"]))
+    folds = list(spec.cv_.split(study.arrays["X"], study.arrays["y"]))
     optuna_study = in_memory_study(spec)
     done = Search()
     started = time.process_time()
@@ -394,7 +394,7 @@ def kerastuner_search(study: Study, seed: int, budget: int) -> Search:
     keras = import_keras()
     spec = study.make_spec(seed, optuna.pruners.NopPruner(), None)
     X, y = study.arrays["X"], study.arrays["y"]
-    train, valid = next(iter(spec.cv.split(X, y)))
+    train, valid = next(iter(spec.cv_.split(X, y)))
     n_classes = len(np.unique(y))
     done = Search()
 

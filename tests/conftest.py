@@ -6,7 +6,10 @@ and stopped at the end of the session.
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing.process
 import os
+import subprocess
 import uuid
 
 import numpy as np
@@ -15,6 +18,47 @@ import pytest
 from sklearn.datasets import load_digits
 
 from tlsearch.testing import TestMongoServer, test_mongo_uri
+
+# ---- the fast loop: `pytest -m "not slow"` starts no cluster and no process ----------------------------------------
+
+_RUNNING = {"test": None, "shared_service": False}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _RUNNING["test"] = item  # before its fixtures, so a module-scoped one that starts a cluster is seen too
+
+
+@contextlib.contextmanager
+def _shared_service():
+    """Processes started here (the session's MongoDB server) serve every test: no test starts them."""
+    _RUNNING["shared_service"] = True
+    try:
+        yield
+    finally:
+        _RUNNING["shared_service"] = False
+
+
+def _only_in_slow_tests(owner, name: str, what: str) -> None:
+    """Make `owner.name` fail the running test, naming `what` it starts, unless the test is marked slow."""
+    original = getattr(owner, name)
+
+    def guarded(*args, **kwargs):
+        test = _RUNNING["test"]
+        if test is not None and not _RUNNING["shared_service"] and test.get_closest_marker("slow") is None:
+            pytest.fail(f"{test.nodeid} starts {what}: mark it @pytest.mark.slow", pytrace=False)
+        return original(*args, **kwargs)
+
+    setattr(owner, name, guarded)
+
+
+def pytest_configure(config):
+    import distributed
+
+    _only_in_slow_tests(distributed.LocalCluster, "__init__", "a Dask LocalCluster")
+    _only_in_slow_tests(subprocess.Popen, "__init__", "a subprocess")
+    _only_in_slow_tests(multiprocessing.process.BaseProcess, "start", "a process")
+
 
 # Tests never need a GPU, and TensorFlow should not grab every core of a shared 2-core machine.
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -37,8 +81,13 @@ def mongo_uri():
     if uri:
         yield uri
         return
-    with TestMongoServer() as uri:
+    server = TestMongoServer()
+    with _shared_service():
+        uri = server.start()
+    try:
         yield uri
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,8 @@ from optuna.artifacts import FileSystemArtifactStore, download_artifact, upload_
 from optuna.artifacts.exceptions import ArtifactNotFound
 from pymongo import monitoring
 
-import tlsearch.artifacts
-from tlsearch.artifacts import MongoArtifactStore, open_artifact_store
+from tlsearch.stores import _artifacts
+from tlsearch.stores._artifacts import MongoArtifactStore, open_artifact_store
 
 MiB = 1024 * 1024
 
@@ -171,7 +171,7 @@ def test_rewrite_replaces_the_artifact_and_drops_the_old_chunks(mongo_uri, mongo
 
 
 def test_reader_of_a_replaced_version_never_mixes_versions(mongo_uri, mongo_db_name, monkeypatch):
-    monkeypatch.setattr(tlsearch.artifacts, "_READ_BATCH_BYTES", 2 * 1024)  # two chunks per batch
+    monkeypatch.setattr(_artifacts, "_READ_BATCH_BYTES", 2 * 1024)  # two chunks per batch
     store = MongoArtifactStore(mongo_uri, mongo_db_name, chunk_size_bytes=1024)
     old, new = b"o" * 10_240, b"n" * 10_240
     store.write("model", io.BytesIO(old))
@@ -189,7 +189,7 @@ def test_reader_of_a_replaced_version_never_mixes_versions(mongo_uri, mongo_db_n
 
 
 def test_reader_fetches_chunks_in_bounded_batches(mongo_uri, mongo_db_name, monkeypatch):
-    monkeypatch.setattr(tlsearch.artifacts, "_READ_BATCH_BYTES", 4 * 1024)
+    monkeypatch.setattr(_artifacts, "_READ_BATCH_BYTES", 4 * 1024)
 
     class Replies(monitoring.CommandListener):
         def __init__(self):
@@ -258,7 +258,7 @@ def test_store_built_from_a_url_pickles_and_reconnects(store, tmp_path):
 
 def test_store_built_from_a_client_refuses_to_pickle(mongo_client, mongo_db_name):
     store = MongoArtifactStore(mongo_client, mongo_db_name)
-    with pytest.raises(TypeError, match="build it from a URL"):
+    with pytest.raises(TypeError, match="build it from a URI"):
         pickle.dumps(store)
 
 

@@ -7,8 +7,8 @@ import optuna
 import pytest
 
 import tlsearch
-from tlsearch import driver
-from tlsearch.stores import Stores
+from tlsearch.execution import _driver as driver
+from tlsearch.stores._stores import Stores
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -34,6 +34,7 @@ def local_study(tmp_path_factory):
     return study_file, home
 
 
+@pytest.mark.slow
 def test_run_prints_the_best_trial_and_writes_the_report(local_study, capsys):
     study_file, home = local_study
     assert main(["report", "iris-tree", "--home", str(home), "-o", str(home / "r.html")]) == 0
@@ -42,6 +43,7 @@ def test_run_prints_the_best_trial_and_writes_the_report(local_study, capsys):
     assert (home / "reports" / "iris-tree.html").is_file()  # written by `run`
 
 
+@pytest.mark.slow
 def test_status_best_and_trials(local_study, capsys):
     _, home = local_study
     assert main(["status", "--home", str(home), "--json"]) == 0
@@ -58,6 +60,7 @@ def test_status_best_and_trials(local_study, capsys):
     assert rows and {"split0_test_score", "split2_test_score", "mean_test_score", "params_max_depth"} <= set(rows[0])
 
 
+@pytest.mark.slow
 def test_errors_are_one_line_with_a_nonzero_exit(local_study, capsys):
     _, home = local_study
     assert main(["best", "no-such-study", "--home", str(home)]) == 1
@@ -67,6 +70,7 @@ def test_errors_are_one_line_with_a_nonzero_exit(local_study, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_copy_to_mongodb_then_resume_there(local_study, mongo_uri, mongo_db_name, capsys):
     study_file, home = local_study
     assert main(["copy", "iris-tree", "--home", str(home), "--to", mongo_uri, "--to-database", mongo_db_name]) == 0

@@ -11,9 +11,12 @@ import distributed
 import pytest
 from optuna.trial import TrialState
 
-from tlsearch import cluster, driver, study_attrs
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
+from tlsearch.errors import TLSearchError
+from tlsearch.execution import _cluster as cluster
+from tlsearch.execution import _driver as driver
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -29,6 +32,7 @@ study = tlsearch.StudySpec(name="on-workers", dataset="sklearn:iris", model=tlse
 """
 
 
+@pytest.mark.slow
 def test_worker_command_joins_a_scheduler_and_runs_trials(tmp_path):
     study_file = tmp_path / "study.py"
     study_file.write_text(STUDY)
@@ -87,6 +91,7 @@ study = tlsearch.StudySpec(name="packed", dataset="sklearn:iris", model=tlsearch
 """
 
 
+@pytest.mark.slow
 def test_two_trials_share_one_gpu_and_a_third_waits(tmp_path):
     """`tlsearch worker --gpus 0 --trials-per-gpu 2` (CUDA_VISIBLE_DEVICES=0 is harmless on a CPU-only
     host): two trials run on GPU 0 at the same time, never three, and each records its worker and GPU."""
@@ -133,7 +138,7 @@ def test_two_trials_share_one_gpu_and_a_third_waits(tmp_path):
 
 
 def tlsearch_results(home):
-    from tlsearch.trials_table import results
+    from tlsearch.reading._trials_table import results
 
     return results("packed", home=home)
 
@@ -157,15 +162,16 @@ def test_gpu_slots_pin_devices_and_advertise_shares(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     cpu = cluster.worker_specs("all", 1, cpu_workers=3)
     assert len(cpu) == 3 and all(not s["resources"] for s in cpu)
-    with pytest.raises(Exception, match="at least 1"):
+    with pytest.raises(TLSearchError, match="at least 1"):
         cluster.worker_specs("0", trials_per_gpu=0)
 
 
+@pytest.mark.slow
 def test_the_local_cluster_listens_on_loopback_only():
     """Scheduler, dashboard and workers of `tlsearch run`'s local cluster: nothing reachable from another host."""
     import psutil
 
-    from tlsearch.cluster import ClusterOptions, connect
+    from tlsearch.execution._cluster import ClusterOptions, connect
 
     with connect(ClusterOptions(n_workers=1)) as client:
         pids = [os.getpid(), *client.run(os.getpid).values()]
@@ -208,7 +214,7 @@ def _tls_without_certificate() -> dict:
 def test_the_local_cluster_refuses_a_client_without_its_certificate():
     """Another local account can reach the scheduler's port, but not connect: plain TCP, TLS without a
     certificate and TLS with a certificate of its own are all refused; the driver's own certificate works."""
-    from tlsearch.cluster import ClusterOptions, connect
+    from tlsearch.execution._cluster import ClusterOptions, connect
 
     with connect(ClusterOptions(n_workers=1)) as client:
         address = client.scheduler.address
@@ -226,6 +232,7 @@ def test_the_local_cluster_refuses_a_client_without_its_certificate():
                 _handshake(target, **connection_args)
 
 
+@pytest.mark.slow
 def test_worker_and_driver_find_the_scheduler_through_its_scheduler_file(tmp_path):
     from tlsearch import cli
 

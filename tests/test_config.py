@@ -102,13 +102,19 @@ def test_a_mongo_uri_that_is_not_one_and_an_unknown_config_key_are_refused(layer
 
 def test_the_old_names_of_renamed_keywords_still_work_with_a_deprecation_warning(tmp_path):
     from tlsearch import open_dataset_store
-    from tlsearch.artifacts import open_artifact_store
+    from tlsearch.stores._artifacts import open_artifact_store
 
-    with pytest.warns(DeprecationWarning, match=r"open_dataset_store\(root=...\) is deprecated: use home="):
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"open_dataset_store\(root=...\) is deprecated and removed in tlsearch 3\.0: use home=",
+    ):
         store = open_dataset_store(root=tmp_path / "old")
     with store:
         assert store.root == tmp_path / "old" / "datasets"
-    with pytest.warns(DeprecationWarning, match=r"open_artifact_store\(mongo_uri=...\) is deprecated: use mongo="):
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"open_artifact_store\(mongo_uri=...\) is deprecated and removed in tlsearch 3\.0: use mongo=",
+    ):
         open_artifact_store(mongo_uri=None, home=tmp_path / "new")
     assert (tmp_path / "new" / "artifacts").is_dir()
     with pytest.raises(TypeError, match="give home= only"):

@@ -12,12 +12,11 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import make_scorer, mean_absolute_error
 from sklearn.model_selection import KFold, StratifiedKFold, cross_validate
 
-from tlsearch.cv import AutoKFold, describe_failure, evaluate, is_infrastructure_error
-from tlsearch.models import NonFiniteLossError, NonFiniteScoreError
-from tlsearch.pruners import KFoldPruner
+from tlsearch.cv._evaluate import AutoKFold, describe_failure, evaluate, is_infrastructure_error
+from tlsearch.cv._pruners import KFoldPruner
+from tlsearch.errors import InvalidSpaceError, NonFiniteLossError, NonFiniteScoreError
 from tlsearch.seeds import derive_seed
-from tlsearch.spaces import InvalidSpaceError
-from tlsearch.study import CustomLoop, SklearnModel, StudySpec
+from tlsearch.spec._spec import CustomLoop, SklearnModel, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -29,14 +28,14 @@ def logistic(params):
 def memory_study(spec):
     """An in-memory study as the driver opens one (name, directions, sampler, pruner)."""
     return optuna.create_study(
-        study_name=spec.name, directions=list(spec.directions), sampler=spec.sampler, pruner=spec.pruner
+        study_name=spec.name, directions=list(spec.directions_), sampler=spec.sampler_, pruner=spec.pruner_
     )
 
 
 def run(spec, arrays, study=None, **kwargs):
     """Ask a trial of an in-memory study, evaluate it, tell the result; return the frozen trial."""
     study = study or memory_study(spec)
-    folds = list(spec.cv.split(arrays["X"], arrays["y"], arrays.get("groups")))
+    folds = list(spec.cv_.split(arrays["X"], arrays["y"], arrays.get("groups")))
     trial = study.ask()
     try:
         study.tell(trial, evaluate(trial, spec, arrays, folds, **kwargs))
@@ -45,6 +44,7 @@ def run(spec, arrays, study=None, **kwargs):
     return study.trials[trial.number]
 
 
+@pytest.mark.slow
 def test_fold_scores_equal_cross_validate(digits):
     splitter = StratifiedKFold(4, shuffle=True, random_state=3)
     spec = StudySpec(
@@ -107,9 +107,10 @@ def test_default_scoring_and_callable_scorer_equal_cross_validate():
     trial = run(spec, {"X": X, "y": y})
     expected = cross_validate(Ridge(alpha=2.0), X, y, cv=splitter, scoring=scorer)["test_score"]
     assert [trial.user_attrs[f"split{k}_test_score"] for k in range(3)] == pytest.approx(expected, abs=1e-12)
-    assert spec.directions == ("maximize",)
+    assert spec.directions_ == ("maximize",)
 
 
+@pytest.mark.slow
 def test_multi_objective_names_results_by_metric(digits):
     splitter = StratifiedKFold(3, shuffle=True, random_state=0)
     spec = StudySpec(
@@ -141,6 +142,7 @@ def choose_model(params):
     return DummyClassifier() if params["model"] == "dummy" else LogisticRegression(C=0.1, max_iter=3000)
 
 
+@pytest.mark.slow
 def test_hopeless_trial_is_pruned_after_its_first_fold(digits):
     spec = StudySpec(
         name="prune",
@@ -164,6 +166,7 @@ def test_hopeless_trial_is_pruned_after_its_first_fold(digits):
     assert attrs["prune_reason"]["fold"] == 0 and attrs["prune_reason"]["reference_trial"] in (0, 1, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 def test_wilcoxon_pruner_gets_each_fold_score(digits):
     spec = StudySpec(
@@ -201,7 +204,7 @@ def test_sample_weight_and_groups_are_used():
     WeightRecorder.seen.clear()
     run(spec, arrays)
     assert len(WeightRecorder.seen) == 3 and all(n == w for n, w in WeightRecorder.seen)
-    for train, valid in spec.cv.split(X, y, arrays["groups"]):
+    for train, valid in spec.cv_.split(X, y, arrays["groups"]):
         assert not set(arrays["groups"][train]) & set(arrays["groups"][valid])
 
 
@@ -230,7 +233,9 @@ def test_a_custom_loop_reading_the_old_fold_names_still_works_with_a_warning(dig
         return float(len(fold.y_valid) + 0 * fold.x_valid.shape[0])
 
     spec = StudySpec(name="old-names", dataset="sklearn:digits", space={}, model=CustomLoop(loop), cv=3)
-    with pytest.warns(DeprecationWarning, match="Fold.y_valid is deprecated: use Fold.y_validation"):
+    with pytest.warns(
+        DeprecationWarning, match=r"Fold.y_valid is deprecated and removed in tlsearch 3\.0: use Fold.y_validation"
+    ):
         trial = run(spec, digits)
     assert trial.value == pytest.approx(1797 / 3)
 
@@ -240,7 +245,7 @@ def test_non_finite_score_fails_the_trial(digits):
     study = memory_study(spec)
     trial = study.ask()
     with pytest.raises(NonFiniteScoreError, match="fold 0: test score is nan"):
-        evaluate(trial, spec, digits, list(spec.cv.split(digits["X"], digits["y"])))
+        evaluate(trial, spec, digits, list(spec.cv_.split(digits["X"], digits["y"])))
 
 
 def test_errors_in_user_code_propagate_and_are_described(digits):
@@ -250,7 +255,7 @@ def test_errors_in_user_code_propagate_and_are_described(digits):
     spec = StudySpec(name="broken", dataset="sklearn:digits", space={}, model=SklearnModel(broken_factory))
     trial = memory_study(spec).ask()
     with pytest.raises(ValueError) as raised:
-        evaluate(trial, spec, digits, list(spec.cv.split(digits["X"], digits["y"])))
+        evaluate(trial, spec, digits, list(spec.cv_.split(digits["X"], digits["y"])))
     description = describe_failure(raised.value)
     assert description["error_type"] == "ValueError"
     assert description["error_message"] == "no such kernel: 'rbff'"

@@ -16,10 +16,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tlsearch import driver, study_attrs
 from tlsearch.errors import TLSearchError
-from tlsearch.stores import Stores, require_shared
-from tlsearch.study import load_study_file
+from tlsearch.execution import _driver as driver
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores, require_shared
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -55,6 +56,7 @@ def count(study, state):
     return len(study.get_trials(deepcopy=False, states=(state,)))
 
 
+@pytest.mark.slow
 def test_each_trial_line_shows_the_best_value_including_that_trial(tmp_path, capsys):
     import re
 
@@ -68,8 +70,9 @@ def test_each_trial_line_shows_the_best_value_including_that_trial(tmp_path, cap
     assert float(best) == pytest.approx(study.best_value, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_run_without_progress_never_reads_the_best_value(tmp_path, monkeypatch):
-    from tlsearch.dispatcher import Dispatcher
+    from tlsearch.execution._dispatcher import Dispatcher
 
     def refuse(self):
         raise AssertionError("the best value is read although nothing shows it")
@@ -80,6 +83,7 @@ def test_a_run_without_progress_never_reads_the_best_value(tmp_path, monkeypatch
     assert count(study, TrialState.COMPLETE) == 2
 
 
+@pytest.mark.slow
 def test_local_run_reaches_target_with_distinct_reproducible_params(tmp_path):
     spec = load_study_file(write_study(tmp_path, n_trials=8))
     first = driver.run(spec, stores=Stores(home=tmp_path / "a"), n_workers=2, progress="off")
@@ -94,6 +98,7 @@ def test_local_run_reaches_target_with_distinct_reproducible_params(tmp_path):
     assert by_number(again) == by_number(first), "the same study and seed must draw the same parameters"
 
 
+@pytest.mark.slow
 def test_rerun_counts_existing_trials_toward_the_target(tmp_path):
     spec = load_study_file(write_study(tmp_path, n_trials=3))
     stores = Stores(home=tmp_path)
@@ -103,6 +108,7 @@ def test_rerun_counts_existing_trials_toward_the_target(tmp_path):
     assert [t.number for t in study.trials] == list(range(5))
 
 
+@pytest.mark.slow
 def test_mongo_run_and_stop_flag(tmp_path, mongo_uri, mongo_db_name):
     spec = load_study_file(write_study(tmp_path, n_trials=4))
     stores = Stores(mongo_uri, mongo_db_name, tmp_path)
@@ -113,6 +119,7 @@ def test_mongo_run_and_stop_flag(tmp_path, mongo_uri, mongo_db_name):
     assert count(study, TrialState.COMPLETE) == 6, "a new run clears an earlier stop request"
 
 
+@pytest.mark.slow
 def test_worker_killed_mid_trial_is_failed_and_retried(tmp_path):
     marker = tmp_path / "killed-once"
     body = (
@@ -131,6 +138,7 @@ def test_worker_killed_mid_trial_is_failed_and_retried(tmp_path):
     assert retries[0].params == failed[0].params and "error_type" not in retries[0].user_attrs
 
 
+@pytest.mark.slow
 def test_user_error_fails_the_trial_with_its_message_and_the_study_goes_on(tmp_path):
     body = "if params['y'] % 2: raise ValueError('odd y is not allowed')"
     spec = load_study_file(write_study(tmp_path, n_trials=4, body=body))
@@ -140,6 +148,31 @@ def test_user_error_fails_the_trial_with_its_message_and_the_study_goes_on(tmp_p
         assert trial.user_attrs["error_type"] == "ValueError"
         assert "odd y" in trial.user_attrs["error_message"]
         assert "failed_trial" not in trial.system_attrs  # a trial's own error is not retried
+
+
+@pytest.mark.slow
+def test_a_trial_that_raises_retryable_trial_error_is_retried_up_to_its_retries(tmp_path):
+    body = "if params['y'] % 2: raise tlsearch.errors.RetryableTrialError('odd y: try again') from ValueError('x')"
+    spec = load_study_file(write_study(tmp_path, n_trials=4, body=body))
+    study = driver.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
+    failed = study.get_trials(states=(TrialState.FAIL,))
+    assert count(study, TrialState.COMPLETE) == 4 and failed
+    assert all(trial.user_attrs["error_type"] == "tlsearch.errors.RetryableTrialError" for trial in failed)
+    originals = [trial for trial in failed if "failed_trial" not in trial.system_attrs]
+    for original in originals:  # each odd y ran 1 + retries (2) times, all failed
+        attempts = [t for t in failed if t.system_attrs.get("failed_trial", t.number) == original.number]
+        assert len(attempts) == 3 and {t.params["y"] for t in attempts} == {original.params["y"]}
+
+
+@pytest.mark.slow
+def test_a_trial_that_raises_fatal_trial_error_is_not_retried_even_from_a_lost_connection(tmp_path):
+    body = "if params['y'] % 2: raise tlsearch.errors.FatalTrialError('odd y: never') from ConnectionError('lost')"
+    spec = load_study_file(write_study(tmp_path, n_trials=4, body=body))
+    study = driver.run(spec, stores=Stores(home=tmp_path / "home"), n_workers=2, progress="off")
+    assert count(study, TrialState.COMPLETE) == 4
+    failed = study.get_trials(states=(TrialState.FAIL,))
+    assert failed and all(trial.user_attrs["error_type"] == "tlsearch.errors.FatalTrialError" for trial in failed)
+    assert all("failed_trial" not in trial.system_attrs for trial in failed)
 
 
 def _driver(tmp_path, study_file, *args):
@@ -184,6 +217,7 @@ def _kill_group(process):
     process.wait()
 
 
+@pytest.mark.slow
 def test_driver_killed_then_resumed_reaches_target(tmp_path, mongo_uri, mongo_db_name):
     study_file = write_study(tmp_path, n_trials=8, sleep=0.4)
     process = _driver(tmp_path, study_file, "--mongo", mongo_uri, "--database", mongo_db_name)
@@ -203,6 +237,7 @@ def test_driver_killed_then_resumed_reaches_target(tmp_path, mongo_uri, mongo_db
         assert study.trials[number].user_attrs["error_type"] == "DriverLost"
 
 
+@pytest.mark.slow
 def test_mongo_restart_mid_study_loses_and_duplicates_nothing(tmp_path, persistent_mongo_server):
     study_file = write_study(tmp_path, n_trials=6, sleep=0.3)
     uri = persistent_mongo_server.uri
@@ -220,6 +255,7 @@ def test_mongo_restart_mid_study_loses_and_duplicates_nothing(tmp_path, persiste
     assert [t.number for t in study.trials] == list(range(len(study.trials)))
 
 
+@pytest.mark.slow
 def test_ctrl_c_finishes_running_trials_and_the_study_resumes(tmp_path):
     study_file = write_study(tmp_path, n_trials=10, sleep=0.3)
     process = _driver(tmp_path, study_file)
@@ -251,6 +287,7 @@ def test_resume_of_a_missing_study_says_so(tmp_path):
         driver.run(spec, stores=Stores(home=tmp_path), n_workers=1, progress="off", resume=True)
 
 
+@pytest.mark.slow
 def test_kept_validation_predictions_are_trial_artifacts(tmp_path):
     study_file = tmp_path / "tree.py"
     study_file.write_text("""
@@ -278,7 +315,7 @@ study = tlsearch.StudySpec(name="kept", dataset="sklearn:iris", cv=3, n_trials=2
 KILLED_BEFORE_FIRST_BEAT = """
 import os, signal, sys
 if __name__ == "__main__":
-    from tlsearch.dispatcher import Dispatcher
+    from tlsearch.execution._dispatcher import Dispatcher
     Dispatcher._beat = lambda self, trial_id: os.kill(os.getpid(), signal.SIGKILL)
     from tlsearch.cli import main
     sys.exit(main(sys.argv[1:]))

@@ -6,7 +6,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from tlsearch.pruners import EpochPruning, KFoldPruner, describe
+from tlsearch.cv._pruners import EpochPruning, KFoldPruner, describe
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -82,7 +82,7 @@ STUDY_FILE = """
 import tlsearch
 from search_spaces.mlp import make_mlp
 from search_spaces.optimizers import compile_model
-from tlsearch.pruners import EpochPruning, KFoldPruner
+from tlsearch.cv._pruners import EpochPruning, KFoldPruner
 
 def space(trial):
     # three trials that learn, then one whose learning rate is far too small to learn in time
@@ -105,9 +105,10 @@ study = tlsearch.StudySpec(
 def test_a_keras_run_stops_a_hopeless_trial_at_an_epoch_and_says_why(tmp_path):
     import pandas as pd
 
-    from tlsearch import cli, driver
-    from tlsearch.stores import Stores
-    from tlsearch.study import load_study_file
+    from tlsearch import cli
+    from tlsearch.execution import _driver as driver
+    from tlsearch.spec._spec import load_study_file
+    from tlsearch.stores._stores import Stores
 
     path = tmp_path / "study.py"
     path.write_text(STUDY_FILE)
@@ -125,7 +126,7 @@ def test_a_keras_run_stops_a_hopeless_trial_at_an_epoch_and_says_why(tmp_path):
     assert cli.main(["trials", "epochs", "--home", str(home), "--format", "csv", "-o", str(table)]) == 0
     shown = pd.read_csv(table).set_index("number")["prune_reason"]
     assert shown[3].startswith("pruned at epoch 1 of fold 0 of 2: ")
-    from tlsearch.report import write_report
+    from tlsearch.reading._report import write_report
 
     page = write_report(study, tmp_path / "report.html").read_text()
     assert "pruned at epoch 1 of fold 0 of 2" in page

@@ -15,10 +15,10 @@ from optuna.trial import TrialState
 import tlsearch
 from tests.test_driver import _driver, count, write_study
 from tests.test_lifecycle import ctrl_c_twice
-from tlsearch import study_attrs
 from tlsearch.cli import main
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -60,6 +60,7 @@ def run_tree(tmp_path, fold_parallel, home_name):
     return home, trial
 
 
+@pytest.mark.slow
 def test_a_lone_trial_runs_its_folds_as_tasks_on_idle_workers_with_the_sequential_scores(tmp_path):
     _, split = run_tree(tmp_path, '"auto"', "split")
     _, sequential = run_tree(tmp_path, "False", "sequential")
@@ -77,12 +78,14 @@ def test_a_lone_trial_runs_its_folds_as_tasks_on_idle_workers_with_the_sequentia
     assert split.user_attrs["n_splits"] == 3
 
 
+@pytest.mark.slow
 def test_with_fold_parallel_off_a_trial_is_one_task(tmp_path):
     _, trial = run_tree(tmp_path, "False", "off")
     assert "fold_tasks" not in trial.user_attrs and "split0_worker" not in trial.user_attrs
     assert trial.user_attrs["n_folds_run"] == 3
 
 
+@pytest.mark.slow
 def test_a_failing_fold_task_fails_the_whole_trial_with_its_error(tmp_path):
     path = tmp_path / "failing.py"
     path.write_text(FAILING_STUDY)
@@ -97,6 +100,7 @@ def test_a_failing_fold_task_fails_the_whole_trial_with_its_error(tmp_path):
     assert not study.get_trials(states=(TrialState.RUNNING,))
 
 
+@pytest.mark.slow
 def test_a_multi_objective_trial_runs_split_and_is_told_both_means(tmp_path):
     path = tmp_path / "two.py"
     path.write_text(
@@ -112,6 +116,7 @@ def test_a_multi_objective_trial_runs_split_and_is_told_both_means(tmp_path):
         assert value == trial.user_attrs[f"mean_test_{metric}"] == pytest.approx(sum(folds) / 3)
 
 
+@pytest.mark.slow
 def test_the_trials_table_and_report_read_a_split_trial(tmp_path, capsys):
     home, trial = run_tree(tmp_path, '"auto"', "table")
     assert trial.user_attrs["fold_tasks"] == 3
@@ -123,6 +128,7 @@ def test_the_trials_table_and_report_read_a_split_trial(tmp_path, capsys):
     assert main(["report", "tree", "--home", str(home), "-o", str(home / "tree.html")]) == 0
 
 
+@pytest.mark.slow
 def test_a_worker_lost_under_one_fold_task_fails_the_trial_once_and_its_retry_completes(tmp_path):
     marker = tmp_path / "killed-once"
     body = (
@@ -139,6 +145,7 @@ def test_a_worker_lost_under_one_fold_task_fails_the_trial_once_and_its_retry_co
     assert retry.params == failed.params and retry.user_attrs["fold_tasks"] == 2
 
 
+@pytest.mark.slow
 def test_second_ctrl_c_fails_a_split_trial_once(tmp_path):
     stores = Stores(home=tmp_path / "home")
     process, output = ctrl_c_twice(

@@ -1,5 +1,5 @@
 """The package's import graph reads top-down: no module imports, even inside a function or for type checking
-only, a module that imports it back."""
+only, a module that imports it back, nor a module of a layer above its own (CONTRIBUTING.md, "Layout")."""
 
 from __future__ import annotations
 
@@ -7,6 +7,28 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tlsearch"
+
+LAYERS = [  # bottom up, as in CONTRIBUTING.md's layer table; a module may import its own layer and those below
+    [
+        "tlsearch.errors",
+        "tlsearch._lazy",
+        "tlsearch._renamed",
+        "tlsearch._text",
+        "tlsearch._files",
+        "tlsearch._pickling",
+    ],
+    ["tlsearch._compat", "tlsearch.seeds", "tlsearch.spaces"],
+    ["tlsearch.mongo", "tlsearch.config"],
+    ["tlsearch.storage", "tlsearch.data"],
+    ["tlsearch.stores"],
+    ["tlsearch.models"],
+    ["tlsearch.cv"],
+    ["tlsearch.spec"],
+    ["tlsearch.reading"],
+    ["tlsearch.execution"],
+    ["tlsearch.cli", "tlsearch.__main__"],
+]
+OUTSIDE_THE_LAYERS = {"tlsearch", "tlsearch.testing", "tlsearch.testing.mongo_server"}  # lazy by name; test-only
 
 
 def module_names() -> dict[str, Path]:
@@ -82,8 +104,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_every_kind_of_import():
     graph = import_graph()
-    assert "tlsearch.study_attrs" in graph["tlsearch.refit"]  # module level, `from tlsearch import x`
-    assert "tlsearch.driver" in graph["tlsearch.cli.study"]  # inside a function
+    assert "tlsearch.seeds" in graph["tlsearch.reading._refit"]  # module level, `from tlsearch import x`
+    assert "tlsearch.execution._driver" in graph["tlsearch.cli.study"]  # inside a function
+    assert "tlsearch.stores._study_files" in graph["tlsearch.reading._refit"]  # `from tlsearch.stores import _x as x`
     assert "tlsearch.data._store" in graph["tlsearch.data._splitting"]  # `from tlsearch.data._store import ...`
 
 
@@ -93,3 +116,36 @@ def test_no_import_cycles():
 
 def test_a_cycle_is_found():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def layer_of(module: str) -> int:
+    for level, tops in enumerate(LAYERS):
+        if any(module == top or module.startswith(f"{top}.") for top in tops):
+            return level
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS and to CONTRIBUTING.md's layer table")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{name} -> {imported}"
+        for name, imports in graph.items()
+        if name not in OUTSIDE_THE_LAYERS
+        for imported in imports
+        if imported not in OUTSIDE_THE_LAYERS and layer_of(imported) > layer_of(name)
+    )
+
+
+def test_every_module_is_in_a_layer():
+    for name in import_graph():
+        if name not in OUTSIDE_THE_LAYERS:
+            layer_of(name)
+
+
+def test_no_import_goes_up_a_layer():
+    assert upward_imports(import_graph()) == []
+
+
+def test_an_upward_import_is_found():
+    assert upward_imports({"tlsearch.cv._evaluate": {"tlsearch.execution._driver", "tlsearch.models"}}) == [
+        "tlsearch.cv._evaluate -> tlsearch.execution._driver"
+    ]

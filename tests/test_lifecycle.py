@@ -18,9 +18,11 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.test_driver import _driver, _kill_group, _wait_for_complete, count, write_study
-from tlsearch import cli, dispatcher, study_attrs
+from tlsearch import cli
 from tlsearch.errors import TLSearchError
-from tlsearch.stores import Stores
+from tlsearch.execution import _dispatcher as dispatcher
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -29,8 +31,8 @@ DRIVER_SCRIPT = """
 import sys
 from pathlib import Path
 import tlsearch
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
+from tlsearch.stores._stores import Stores
+from tlsearch.spec._spec import load_study_file
 
 def main():
     study_file, home, mongo, database = sys.argv[1:5]
@@ -75,6 +77,7 @@ def _wait_for_running(load, process, timeout=120):
     raise AssertionError(f"no trial running after {timeout} s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_to_the_process_group_lets_running_trials_complete(tmp_path, signum, exit_code):
     study_file = write_study(tmp_path, n_trials=20, sleep=0.5)
@@ -97,6 +100,7 @@ def test_signal_to_the_process_group_lets_running_trials_complete(tmp_path, sign
     assert all(study.trials[number].state == TrialState.COMPLETE for number in running)
 
 
+@pytest.mark.slow
 def test_second_ctrl_c_fails_running_trials_as_interrupted_and_queues_retries(tmp_path):
     stores = Stores(home=tmp_path / "home")
     process, output = ctrl_c_twice(_driver(tmp_path, write_study(tmp_path, n_trials=20, sleep=3)), stores)
@@ -112,6 +116,7 @@ def test_second_ctrl_c_fails_running_trials_as_interrupted_and_queues_retries(tm
     assert count(study, TrialState.RUNNING) == 0
 
 
+@pytest.mark.slow
 def test_a_study_whose_every_trial_fails_exits_non_zero(tmp_path, capsys):
     study_file = write_study(tmp_path, n_trials=3, body='raise ValueError("always")')
     code = cli.main(
@@ -121,6 +126,7 @@ def test_a_study_whose_every_trial_fails_exits_non_zero(tmp_path, capsys):
     assert "run ended: too many trials failed in a row" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", ["mongo", "local"])
 def test_four_drivers_finish_exactly_n_trials(tmp_path, store, request):
     study_file = write_study(tmp_path, n_trials=12, sleep=0.1)
@@ -140,6 +146,7 @@ def test_four_drivers_finish_exactly_n_trials(tmp_path, store, request):
     assert count(study, TrialState.RUNNING) == count(study, TrialState.WAITING) == 0
 
 
+@pytest.mark.slow
 def test_a_killed_drivers_trials_are_failed_and_retried_by_a_live_one(tmp_path, mongo_uri, mongo_db_name):
     study_file = write_study(tmp_path, n_trials=10, sleep=0.5)
     stores = Stores(mongo_uri, mongo_db_name, tmp_path / "home")
@@ -167,6 +174,7 @@ def test_a_killed_drivers_trials_are_failed_and_retried_by_a_live_one(tmp_path, 
     assert count(study, TrialState.RUNNING) == count(study, TrialState.WAITING) == 0
 
 
+@pytest.mark.slow
 def test_run_without_the_main_guard_says_to_add_it(tmp_path):
     study_file = write_study(tmp_path, n_trials=2)
     process = _script(tmp_path, study_file, guard="")
@@ -200,7 +208,7 @@ def test_bad_budget_options_are_refused_before_a_study_exists(tmp_path, capsys, 
     assert code == 1
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and field in error[0] and option in error[0], error
-    with pytest.raises(Exception, match="no study named"):
+    with pytest.raises(TLSearchError, match="no study named"):
         study_attrs.load(Stores(home=tmp_path / "home"), "engine")
 
 
@@ -209,10 +217,11 @@ def test_a_failed_start_leaves_no_empty_study(tmp_path, capsys):
     study_file.write_text(study_file.read_text().replace("sklearn:iris", "sklearn:no-such-dataset"))
     assert cli.main(["run", str(study_file), "--home", str(tmp_path / "home"), "--no-report"]) == 1
     assert "no-such-dataset" in capsys.readouterr().err
-    with pytest.raises(Exception, match="no study named"):
+    with pytest.raises(TLSearchError, match="no study named"):
         study_attrs.load(Stores(home=tmp_path / "home"), "engine")
 
 
+@pytest.mark.slow
 def test_a_finished_study_has_nothing_to_do(tmp_path, capsys):
     study_file = write_study(tmp_path, n_trials=2)
     args = ["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1", "--progress", "off"]
@@ -224,6 +233,7 @@ def test_a_finished_study_has_nothing_to_do(tmp_path, capsys):
     assert "report:" not in captured.out and "dashboard" not in captured.err
 
 
+@pytest.mark.slow
 def test_tied_best_trials_print_one_and_say_how_many_tie(tmp_path, capsys):
     study_file = write_study(tmp_path, n_trials=3, body="return 1.0")
     assert (

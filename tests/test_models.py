@@ -16,9 +16,10 @@ from sklearn.neighbors import KNeighborsClassifier
 from search_spaces.mlp import make_mlp
 from search_spaces.optimizers import compile_model
 from tests.test_cv import memory_study
-from tlsearch.cv import describe_failure, evaluate
-from tlsearch.models import NonFiniteLossError, _fold_random, _keras, _keras_reuse
-from tlsearch.study import CustomLoop, KerasModel, SklearnModel, StudySpec
+from tlsearch.cv._evaluate import describe_failure, evaluate
+from tlsearch.errors import NonFiniteLossError
+from tlsearch.models import _fold_random, _keras, _keras_reuse
+from tlsearch.spec._spec import CustomLoop, KerasModel, SklearnModel, StudySpec
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -36,11 +37,12 @@ def build_mlp(params, input_shape, n_classes):
 def run(spec, arrays):
     study = memory_study(spec)
     trial = study.ask()
-    folds = list(spec.cv.split(arrays["X"], arrays["y"]))
+    folds = list(spec.cv_.split(arrays["X"], arrays["y"]))
     study.tell(trial, evaluate(trial, spec, arrays, folds))
     return study.trials[trial.number]
 
 
+@pytest.mark.slow
 def test_keras_mlp_on_digits_three_folds(digits):
     spec = StudySpec(
         name="keras-digits",
@@ -63,10 +65,11 @@ def test_keras_mlp_on_digits_three_folds(digits):
     # the same study, trial number and fold give the same seeds: a re-run reproduces the fold's score
     study = memory_study(spec)
     rerun = study.ask()
-    evaluate(rerun, spec, digits, list(spec.cv.split(digits["X"], digits["y"]))[:1])
+    evaluate(rerun, spec, digits, list(spec.cv_.split(digits["X"], digits["y"]))[:1])
     assert study.trials[0].user_attrs["split0_test_score"] == pytest.approx(scores[0], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_keras_early_stopping_and_scikit_learn_scorers(digits):
     spec = StudySpec(
         name="keras-scorers",
@@ -86,6 +89,7 @@ def test_keras_early_stopping_and_scikit_learn_scorers(digits):
         assert 0.6 < attrs[f"split{k}_test_balanced_accuracy"] <= 1.0
 
 
+@pytest.mark.slow
 def test_keras_regression_and_binary_sigmoid_outputs():
     import keras
 
@@ -128,6 +132,7 @@ def test_keras_regression_and_binary_sigmoid_outputs():
     assert 0.0 <= run(binary, {"X": X, "y": y}).value <= 1.0
 
 
+@pytest.mark.slow
 def test_non_finite_loss_fails_the_trial(digits):
     import keras
 
@@ -145,10 +150,11 @@ def test_non_finite_loss_fails_the_trial(digits):
     spec = StudySpec(name="nan", dataset="sklearn:digits", space={}, model=KerasModel(exploding, epochs=3), cv=2)
     with pytest.raises(NonFiniteLossError, match="epoch 1") as raised:
         run(spec, digits)
-    assert describe_failure(raised.value)["error_type"] == "tlsearch.models._base.NonFiniteLossError"
+    assert describe_failure(raised.value)["error_type"] == "tlsearch.errors.NonFiniteLossError"
     assert describe_failure(raised.value)["error_retryable"] is False
 
 
+@pytest.mark.slow
 def test_builder_errors_propagate(digits):
     def broken(params, input_shape, n_classes):
         raise KeyError("units")
@@ -168,6 +174,7 @@ def fit_full(spec, params, X, y):
     return spec.model.trainer(spec, {"X": X, "y": y}).fit_full(params, X, y, None, 0)
 
 
+@pytest.mark.slow
 def test_fit_full_returns_trained_models(digits):
     X, y = np.asarray(digits["X"]), np.asarray(digits["y"])
     keras_spec = StudySpec(name="full", dataset="d", space=SMALL_MLP, model=KerasModel(build_mlp, epochs=2))
@@ -189,6 +196,7 @@ def test_fit_full_returns_trained_models(digits):
     assert fit_full(custom, {}, X, y) == ("trained", len(X))
 
 
+@pytest.mark.slow
 def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digits):
     import keras
 
@@ -231,6 +239,7 @@ def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digi
     assert scores["deterministic"] == pytest.approx(scores["alternating"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_a_trial_reuses_the_model_an_earlier_trial_traced_when_only_its_learning_rate_differs(digits):
     import keras
 
@@ -279,6 +288,7 @@ def test_a_trial_reuses_the_model_an_earlier_trial_traced_when_only_its_learning
     assert trial(deterministic, weight_decay=1e-4)[1] == 1  # a constant of the traced update: anew too
 
 
+@pytest.mark.slow
 def test_steps_per_call_leave_the_scores_as_they_are_and_stay_at_one_under_the_studys_callbacks(digits):
     built, scores = [], {}
 
@@ -320,12 +330,13 @@ def _backend_state():
     )
 
 
+@pytest.mark.slow
 def test_workers_run_keras_on_their_share_of_the_cores_and_only_keras_studies_import_it(tmp_path):
     import distributed
 
-    from tlsearch import driver
-    from tlsearch.stores import Stores
-    from tlsearch.worker_setup import host_cores
+    from tlsearch.execution import _driver as driver
+    from tlsearch.execution._worker_setup import host_cores
+    from tlsearch.stores._stores import Stores
 
     custom = StudySpec(
         name="custom",
@@ -349,6 +360,7 @@ def test_workers_run_keras_on_their_share_of_the_cores_and_only_keras_studies_im
             assert set(client.run(_backend_state).values()) == {(share, share, True)}
 
 
+@pytest.mark.slow
 def test_seeding_without_clearing_tensorflows_caches_trains_as_keras_set_random_seed_does(digits, monkeypatch):
     """tlsearch seeds each fold without clearing TensorFlow's kernel cache (see _keras_backend.set_random_seed);
     with dropout, early stopping and a shuffled pipeline, the fold scores equal those of keras.utils.set_random_seed,
@@ -380,6 +392,7 @@ def test_seeding_without_clearing_tensorflows_caches_trains_as_keras_set_random_
     assert len(set(scores["tlsearch"])) > 1  # the folds differ: their scores are not a constant
 
 
+@pytest.mark.slow
 def test_small_folds_go_in_as_a_pipeline_that_reports_what_keras_reports_for_the_arrays(digits):
     import keras
     import tensorflow as tf
@@ -404,6 +417,7 @@ def test_small_folds_go_in_as_a_pipeline_that_reports_what_keras_reports_for_the
     assert piped == pytest.approx(direct, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_a_worker_keeps_tensorflows_kernels_for_the_model_it_keeps_and_drops_them_with_it(digits, monkeypatch):
     """Between trials of one structure the traced model's instantiated functions stay in TensorFlow's kernel
     cache; when another structure replaces the kept model the cache is cleared, so a search over many
@@ -460,7 +474,7 @@ def test_a_fold_trained_in_a_dask_worker_scores_as_in_a_plain_process_while_anot
         metric="accuracy",
         model=KerasModel(build_mlp, epochs=1, batch_size=64),
     )
-    first_fold = list(spec.cv.split(digits["X"], digits["y"]))[:1]
+    first_fold = list(spec.cv_.split(digits["X"], digits["y"]))[:1]
 
     def fold_score():
         study = memory_study(spec)
@@ -488,37 +502,39 @@ def keras_spec(metric, **options):
      "root_mean_squared_error", "log_cosh", "poisson", "false_negatives", "val_loss"],
 )  # fmt: skip
 def test_a_lower_is_better_keras_metric_is_minimised_by_default(metric):
-    assert keras_spec(metric).directions == ("minimize",)
+    assert keras_spec(metric).directions_ == ("minimize",)
 
 
 @pytest.mark.parametrize(
     "metric", ["accuracy", "top_k_categorical_accuracy", "auc", "mean_iou", "f1_score", "r2_score", "cosine_similarity"]
 )
 def test_a_higher_is_better_keras_metric_is_maximised_by_default(metric):
-    assert keras_spec(metric).directions == ("maximize",)
+    assert keras_spec(metric).directions_ == ("maximize",)
 
 
+@pytest.mark.slow
 def test_every_name_keras_registers_as_a_loss_is_minimised_by_default():
     from keras.src import losses
 
     names = {name for name in losses.ALL_OBJECTS_DICT if name.islower()} - {"cosine_similarity"}  # see MINIMIZED
     assert len(names) > 20
-    assert {name: keras_spec(name).direction for name in names} == dict.fromkeys(names, "minimize")
+    assert {name: keras_spec(name).directions_[0] for name in names} == dict.fromkeys(names, "minimize")
 
 
 def test_a_keras_metric_of_unknown_direction_asks_for_one():
-    from tlsearch.spec_checks import StudySpecError
+    from tlsearch.errors import StudySpecError
 
     with pytest.raises(StudySpecError, match=r"^StudySpec.direction .*'my_score'.* direction='maximize'") as error:
         keras_spec("my_score")
     assert "\n" not in str(error.value)
-    assert keras_spec("my_score", direction="maximize").directions == ("maximize",)
-    assert keras_spec(["accuracy", "my_score"], directions=["maximize", "minimize"]).directions == (
+    assert keras_spec("my_score", direction="maximize").directions_ == ("maximize",)
+    assert keras_spec(["accuracy", "my_score"], directions=["maximize", "minimize"]).directions_ == (
         "maximize",
         "minimize",
     )
 
 
+@pytest.mark.slow
 def test_a_kept_model_stands_in_only_for_a_trial_whose_compiled_loss_and_metric_are_its_own(digits):
     """A loss and a metric whose parameter is not in their get_config(): a later trial on the worker with other
     values trains and scores with its own objects, as a fresh model would; with the same values it still reuses."""

@@ -1,4 +1,5 @@
 import pymongo
+import pytest
 
 from tlsearch.testing import TestMongoServer
 
@@ -10,6 +11,7 @@ def test_test_server_speaks_the_wire_protocol(mongo_client, mongo_db_name):
     assert doc["nan"] != doc["nan"] and doc["inf"] == float("inf") and doc["nested"] == [[1.5, -2]]
 
 
+@pytest.mark.slow
 def test_persistent_server_keeps_data_across_restart(persistent_mongo_server):
     client = pymongo.MongoClient(persistent_mongo_server.uri)
     client.db.items.insert_one({"_id": "kept"})
@@ -20,6 +22,7 @@ def test_persistent_server_keeps_data_across_restart(persistent_mongo_server):
     client.close()
 
 
+@pytest.mark.slow
 def test_stopped_server_leaves_no_process(tmp_path):
     server = TestMongoServer()
     server.start()

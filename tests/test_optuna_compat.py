@@ -1,12 +1,14 @@
-"""Each Optuna internal tlsearch relies on (all in tlsearch/_optuna_compat.py) still behaves as tlsearch expects:
+"""Each Optuna internal tlsearch relies on (all in tlsearch/_compat/optuna.py) still behaves as tlsearch expects:
 a new Optuna that changes one fails here, naming it. `.ci/run` runs this file against Optuna's latest release too.
 Also: plain Optuna reads the journal file tlsearch writes."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import time
+from pathlib import Path
 
 import numpy as np
 import optuna
@@ -17,17 +19,42 @@ from optuna.trial import TrialState
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-# (module, name): every private import of the compatibility module.
-PRIVATE_IMPORTS = [
-    ("optuna.storages._heartbeat", "BaseHeartbeat"),
-    ("optuna.storages.journal._file", "BaseJournalFileLock"),
-    ("optuna.storages.journal._file", "get_lock_file"),
-    ("optuna.storages.journal._storage", "JournalOperation"),
-    ("optuna.samplers._lazy_random_state", "LazyRandomState"),
-    ("optuna.storages._base", "DEFAULT_STUDY_NAME_PREFIX"),
-    ("optuna.study._frozen", "FrozenStudy"),
-    ("optuna.artifacts._protocol", "ArtifactStore"),
-]
+
+def private_imports() -> list[tuple[str, str]]:
+    """(module, name): every import of the compatibility module from a private Optuna module or of a private
+    name, read from its source, so the list cannot drift from what the module imports."""
+    from tlsearch._compat import optuna as compat
+
+    found = []
+    for node in ast.walk(ast.parse(Path(compat.__file__).read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "optuna":
+            private_module = any(part.startswith("_") for part in node.module.split("."))
+            found += [(node.module, a.name) for a in node.names if private_module or a.name.startswith("_")]
+    return found
+
+
+PRIVATE_IMPORTS = private_imports()
+
+
+def test_the_private_imports_are_found():
+    assert ("optuna.samplers._lazy_random_state", "LazyRandomState") in PRIVATE_IMPORTS
+    assert ("optuna.artifacts._protocol", "ArtifactStore") in PRIVATE_IMPORTS  # under TYPE_CHECKING
+
+
+def test_no_module_outside_compat_imports_a_private_optuna_name():
+    package = Path(__file__).resolve().parents[1] / "tlsearch"
+    offenders = []
+    for path in package.rglob("*.py"):
+        if "_compat" in path.parts or "examples" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "optuna":
+                names = [node.module, *(a.name for a in node.names)]
+                if any(part.startswith("_") for name in names for part in name.split(".")):
+                    offenders.append(f"{path.relative_to(package)}: from {node.module} import ...")
+            elif isinstance(node, ast.Attribute) and node.attr in {"_get_latest_trial", "_cached_frozen_trial"}:
+                offenders.append(f"{path.relative_to(package)}: .{node.attr}")
+    assert offenders == []
 
 
 @pytest.mark.parametrize("module, name", PRIVATE_IMPORTS, ids=[f"{m}.{n}" for m, n in PRIVATE_IMPORTS])
@@ -36,13 +63,13 @@ def test_private_import_exists(module, name):
         value = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as error:
         pytest.fail(
-            f"Optuna {optuna.__version__} no longer has {module}.{name} ({error}): see tlsearch/_optuna_compat.py"
+            f"Optuna {optuna.__version__} no longer has {module}.{name} ({error}): see tlsearch/_compat/optuna.py"
         )
     assert value is not None
 
 
 def test_the_compat_module_imports():
-    from tlsearch import _optuna_compat
+    from tlsearch._compat import optuna as _optuna_compat
 
     assert set(_optuna_compat.__all__) <= set(dir(_optuna_compat))
 
@@ -54,7 +81,7 @@ def _journal(tmp_path):
 
 
 def test_study_and_trial_ids_and_system_attrs(tmp_path):
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
 
     storage = _journal(tmp_path)
     study = optuna.create_study(storage=storage, study_name="ids")
@@ -70,7 +97,7 @@ def test_study_and_trial_ids_and_system_attrs(tmp_path):
 
 def test_open_trial_reopens_a_trial_by_id(tmp_path):
     """`optuna.Trial(study, trial_id)`: what a worker does with the trial the driver created."""
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
 
     storage = _journal(tmp_path)
     study = optuna.create_study(storage=storage, study_name="reopen")
@@ -84,7 +111,7 @@ def test_open_trial_reopens_a_trial_by_id(tmp_path):
 
 def test_heartbeat_interval_and_stale_trials(mongo_uri, mongo_db_name):
     """MongoStorage implements `BaseHeartbeat._get_stale_trial_ids`; `fail_stale_trials` still calls it."""
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
     from tlsearch.storage import MongoStorage
 
     assert "_get_stale_trial_ids" in inspect.getsource(optuna.storages.fail_stale_trials), "_get_stale_trial_ids"
@@ -102,22 +129,22 @@ def test_heartbeat_interval_and_stale_trials(mongo_uri, mongo_db_name):
 
 def test_journal_batch_append_replays(tmp_path):
     """`JournalStorage._thread_lock`, `_replay_result.worker_id`, `_backend`, `_sync_with_backend`."""
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
 
     storage = _journal(tmp_path)
     study = optuna.create_study(storage=storage, study_name="batch")
     trial_id = compat.trial_id(study.ask())
     storage.set_trial_user_attrs(trial_id, {"a": 1, "b": [2, 3]})
-    storage.set_trial_intermediate_value_and_user_attrs(trial_id, 0, 0.25, {"c": "x"})
+    storage.set_trial_user_attrs(trial_id, {"c": "x"})
+    storage.set_trial_intermediate_value(trial_id, 0, 0.25)
     trial = storage.get_trial(trial_id)
     assert trial.user_attrs == {"a": 1, "b": [2, 3], "c": "x"} and trial.intermediate_values == {0: 0.25}
     assert compat.journal_file_path(storage) == str(tmp_path / "studies.journal"), "JournalStorage._backend"
-    for operation in ("SET_TRIAL_USER_ATTR", "SET_TRIAL_INTERMEDIATE_VALUE"):
-        assert hasattr(compat.JournalOperation, operation), f"JournalOperation.{operation}"
+    assert hasattr(compat.JournalOperation, "SET_TRIAL_USER_ATTR"), "JournalOperation.SET_TRIAL_USER_ATTR"
 
 
 def test_journal_lock_protocol():
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
 
     assert {"acquire", "release"} <= set(vars(compat.BaseJournalFileLock)), "BaseJournalFileLock"
     assert list(inspect.signature(compat.get_lock_file).parameters) == ["lock_obj"], "get_lock_file(lock_obj)"
@@ -130,7 +157,7 @@ def test_journal_lock_protocol():
 )
 def test_seeded_copies_draw_per_seed(sampler):
     """`LazyRandomState` in a sampler's attributes: each seed its own draws, the same seed the same draws."""
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
 
     def draws(seed):
         study = optuna.create_study(sampler=compat.seeded_copy(sampler, seed))
@@ -142,7 +169,7 @@ def test_seeded_copies_draw_per_seed(sampler):
 
 def test_plain_optuna_reads_the_journal_tlsearch_writes(tmp_path):
     """The embedded default's study store is Optuna's journal format: plain Optuna opens it as is."""
-    from tlsearch import _optuna_compat as compat
+    from tlsearch._compat import optuna as compat
 
     storage = _journal(tmp_path)
     study = optuna.create_study(storage=storage, study_name="plain", direction="maximize")
@@ -150,9 +177,8 @@ def test_plain_optuna_reads_the_journal_tlsearch_writes(tmp_path):
     for value in (0.25, 0.75):
         trial = study.ask()
         trial.suggest_float("x", 0, 1)
-        storage.set_trial_intermediate_value_and_user_attrs(
-            compat.trial_id(trial), 0, value, {"split0_test_score": value}
-        )
+        storage.set_trial_user_attrs(compat.trial_id(trial), {"split0_test_score": value})
+        trial.report(value, 0)
         study.tell(trial, value)
     plain = JournalStorage(JournalFileBackend(str(tmp_path / "studies.journal")))
     loaded = optuna.load_study(study_name="plain", storage=plain)
@@ -161,3 +187,17 @@ def test_plain_optuna_reads_the_journal_tlsearch_writes(tmp_path):
     assert loaded.best_trial.intermediate_values == {0: 0.75}
     assert plain.get_study_system_attrs(loaded._study_id)["tlsearch:dataset_ref"] == "iris@1"
     assert np.isclose(loaded.trials[0].value, 0.25)
+
+
+@pytest.mark.parametrize("without_the_method", [False, True], ids=["Trial._get_latest_trial", "storage fallback"])
+def test_latest_trial_has_the_reported_values(tmp_path, monkeypatch, without_the_method):
+    from tlsearch._compat import optuna as compat
+
+    if without_the_method:  # as if a new Optuna removed it
+        monkeypatch.delattr(optuna.trial.Trial, "_get_latest_trial")
+    study = optuna.create_study(storage=_journal(tmp_path), study_name="latest")
+    trial = study.ask()
+    trial.report(0.25, 0)
+    trial.report(0.5, 1)
+    latest = compat.latest_trial(trial)
+    assert latest.number == trial.number and latest.intermediate_values == {0: 0.25, 1: 0.5}

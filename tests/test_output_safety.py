@@ -14,10 +14,10 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from tlsearch import study_attrs
 from tlsearch.cli import main
-from tlsearch.spec_checks import StudySpecError
-from tlsearch.stores import Stores
+from tlsearch.errors import StudySpecError
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -97,3 +97,26 @@ def test_the_built_wheel_runs_an_example_from_an_empty_folder(tmp_path):
     )
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert "best trial #" in ran.stdout and (empty / ".tlsearch").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "name"),
+    [
+        ("tlsearch.study", "tlsearch.spec", "load_study_file"),
+        ("tlsearch.pruners", "tlsearch.cv", "KFoldPruner"),
+        ("tlsearch.driver", "tlsearch.execution", "drive"),
+        ("tlsearch.cluster", "tlsearch.execution", "tls_security"),
+        ("tlsearch.report", "tlsearch.reading", "write_report"),
+        ("tlsearch.artifacts", "tlsearch.stores", "open_artifact_store"),
+    ],
+)
+def test_a_module_path_from_before_the_layout_by_layer_imports_with_a_warning_naming_its_removal(
+    monkeypatch, old, new, name
+):
+    monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(
+        DeprecationWarning, match=rf"^{old} is deprecated and removed in tlsearch 3\.0: import from {new}$"
+    ):
+        module = __import__(old, fromlist=[name])
+    assert getattr(module, name) is getattr(__import__(new, fromlist=[name]), name)
+    assert name in dir(module)

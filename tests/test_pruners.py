@@ -7,10 +7,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from tlsearch import driver
-from tlsearch.pruners import KFoldPruner, describe, fold_scores
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
+from tlsearch.cv._pruners import KFoldPruner, describe, fold_scores
+from tlsearch.execution import _driver as driver
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -132,6 +132,7 @@ study = tlsearch.StudySpec(
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_pruned_trials_of_a_run_record_why(tmp_path):
     path = tmp_path / "study.py"
@@ -147,7 +148,7 @@ def test_pruned_trials_of_a_run_record_why(tmp_path):
         assert reason["gap"] > reason["tolerance"]
     # ...and people see it: `tlsearch trials` has a prune_reason column, the report a pruned-trials table.
     from tlsearch import cli
-    from tlsearch.report import write_report
+    from tlsearch.reading._report import write_report
 
     assert (
         cli.main(

@@ -11,11 +11,12 @@ import optuna
 import pytest
 
 import tlsearch
-from tlsearch import driver, study_attrs
-from tlsearch.errors import TLSearchError
-from tlsearch.refit import UnsafeModelError, load_model, refit
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
+from tlsearch.errors import TLSearchError, UnsafeModelError
+from tlsearch.execution import _driver as driver
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.reading._refit import load_model, refit
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -88,6 +89,7 @@ def sklearn_refit(tmp_path_factory):
     return _run_and_refit(tmp_path_factory.mktemp("sklearn"), SKLEARN_STUDY, "wine")
 
 
+@pytest.mark.slow
 def test_sklearn_refit_round_trip_in_a_fresh_process(sklearn_refit):
     spec, stores, record, path = sklearn_refit
     study = study_attrs.load(stores, spec.name)
@@ -96,6 +98,7 @@ def test_sklearn_refit_round_trip_in_a_fresh_process(sklearn_refit):
     assert path.suffix == ".skops"
 
 
+@pytest.mark.slow
 def test_keras_refit_round_trip_in_a_fresh_process(tmp_path):
     spec, stores, record, path = _run_and_refit(tmp_path, KERAS_STUDY, "iris")
     assert record.format == "keras" and record.classes == ["setosa", "versicolor", "virginica"]
@@ -105,6 +108,7 @@ def test_keras_refit_round_trip_in_a_fresh_process(tmp_path):
     assert set(tlsearch.predict(model, load_iris().data)) <= {"setosa", "versicolor", "virginica"}
 
 
+@pytest.mark.slow
 def test_model_of_a_changed_dataset_is_refused(sklearn_refit):
     spec, stores, record, _ = sklearn_refit
     study = study_attrs.load(stores, spec.name)
@@ -116,6 +120,7 @@ def test_model_of_a_changed_dataset_is_refused(sklearn_refit):
         study_attrs.write(study, study_attrs.DATASET_HASH, record.dataset_hash)
 
 
+@pytest.mark.slow
 def test_tampered_model_is_refused(sklearn_refit, tmp_path):
     spec, stores, record, _ = sklearn_refit
     with open(tmp_path / "tampered.skops", "wb") as f:
@@ -133,6 +138,7 @@ def test_study_without_refit_says_how_to_make_one(tmp_path):
         load_model("plain", stores=stores)
 
 
+@pytest.mark.slow
 def test_test_holdout_is_never_cross_validated_and_scores_the_refit(tmp_path):
     study_file = tmp_path / "study.py"
     study_file.write_text(SKLEARN_STUDY.replace("n_trials=3)", "n_trials=2, holdout=0.25)"))
@@ -143,7 +149,7 @@ def test_test_holdout_is_never_cross_validated_and_scores_the_refit(tmp_path):
     from sklearn.datasets import load_wine
 
     X, y = load_wine(return_X_y=True)
-    kept, held_out = spec.cv.partition(X, y)
+    kept, held_out = spec.cv_.partition(X, y)
     assert len(held_out) == math.ceil(0.25 * len(X)) and not set(kept) & set(held_out)
     used = {int(i) for train, valid in plan.folds for i in (*train, *valid)}
     assert used == set(kept.tolist()), "cross-validation must use every row but the hold-out, and only those"
@@ -160,23 +166,25 @@ def _keras_file(tmp_path, *layers):
     return path
 
 
+@pytest.mark.slow
 def test_keras_model_with_a_lambda_layer_is_refused(tmp_path):
     import keras
 
-    from tlsearch.refit import load_model_file
+    from tlsearch.reading._refit import load_model_file
 
     path = _keras_file(tmp_path, keras.layers.Lambda(lambda x: x * 2))
     with pytest.raises(UnsafeModelError, match="Lambda"):
         load_model_file(path)
 
 
+@pytest.mark.slow
 def test_keras_model_with_an_unregistered_custom_object_is_refused(tmp_path):
     import json
     import zipfile
 
     import keras
 
-    from tlsearch.refit import load_model_file
+    from tlsearch.reading._refit import load_model_file
 
     path = _keras_file(tmp_path, keras.layers.Dense(3))
     with zipfile.ZipFile(path) as archive:
@@ -200,6 +208,7 @@ study = tlsearch.StudySpec(name="medals", dataset="medals", model=tlsearch.Sklea
 """
 
 
+@pytest.mark.slow
 def test_the_refit_model_predicts_the_original_labels(tmp_path):
     from tlsearch import cli
 

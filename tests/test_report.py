@@ -12,9 +12,9 @@ import numpy as np
 import optuna
 import pytest
 
-from tlsearch import study_attrs
-from tlsearch.report import write_report
-from tlsearch.study_attrs import DATASET_HASH as ATTR_DATASET_HASH
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.reading._report import write_report
+from tlsearch.reading._study_attrs import DATASET_HASH as ATTR_DATASET_HASH
 
 SECTIONS = [
     "Timeline",

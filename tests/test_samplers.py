@@ -15,11 +15,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tlsearch import driver
-from tlsearch.dispatcher import GRID_EXHAUSTED, STUDY_STOPPED
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
-from tlsearch.trials_table import trials_frame
+from tlsearch.execution import _driver as driver
+from tlsearch.execution._dispatcher import GRID_EXHAUSTED, STUDY_STOPPED
+from tlsearch.reading._trials_table import trials_frame
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -18,10 +18,13 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from tlsearch import cli, driver, study_attrs
-from tlsearch.refit import ATTR_REFIT, RefitRecord, UnsafeModelError, _sha256, load_model, refit
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
+from tlsearch import cli
+from tlsearch.errors import UnsafeModelError
+from tlsearch.execution import _driver as driver
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.reading._refit import ATTR_REFIT, RefitRecord, _sha256, load_model, refit
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -103,6 +106,7 @@ def _exec_skops(code: str) -> bytes:
     return buffer.getvalue()
 
 
+@pytest.mark.slow
 def test_skops_calling_exec_with_every_hash_updated_is_refused(refitted, tmp_path):
     stores, name, _, _ = refitted
     proof = tmp_path / "proof"
@@ -117,6 +121,7 @@ def test_skops_calling_exec_with_every_hash_updated_is_refused(refitted, tmp_pat
     assert not proof.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("filename", ["ABSOLUTE", "../../escaped.skops"])
 def test_model_file_name_from_the_store_never_becomes_a_path(refitted, tmp_path, monkeypatch, filename):
     stores, name, _, _ = refitted
@@ -135,6 +140,7 @@ def test_model_file_name_from_the_store_never_becomes_a_path(refitted, tmp_path,
     assert not target.exists() and not (tmp_path / "escaped.skops").exists()
 
 
+@pytest.mark.slow
 def test_stored_study_file_path_is_never_imported(refitted, tmp_path, monkeypatch, capsys):
     stores, name, study_file, _ = refitted
     proof = tmp_path / "proof"
@@ -162,8 +168,9 @@ def test_stored_study_file_path_is_never_imported(refitted, tmp_path, monkeypatc
         _set_attr(stores, name, study_attrs.STUDY_FILE, str(study_file))
 
 
+@pytest.mark.slow
 def test_changed_study_file_runs_only_after_a_warning(refitted, tmp_path):
-    from tlsearch.study_files import StudyFileChangedWarning
+    from tlsearch.stores._study_files import StudyFileChangedWarning
 
     stores, name, study_file, _ = refitted
     original = study_file.read_text()
@@ -180,6 +187,7 @@ def test_changed_study_file_runs_only_after_a_warning(refitted, tmp_path):
         study_file.write_text(original)
 
 
+@pytest.mark.slow
 def test_forged_fold_plan_reference_touches_nothing_outside_the_cache(
     tmp_path, mongo_uri, mongo_db_name, mongo_client, monkeypatch, capsys
 ):
@@ -247,6 +255,7 @@ with distributed.LocalCluster(n_workers=0, host={host!r}, dashboard_address=None
 """
 
 
+@pytest.mark.slow
 def test_tlsearch_worker_does_not_listen_on_a_non_loopback_address_by_default(tmp_path):
     """In a network namespace of its own (so no traffic leaves this test), the host has a non-loopback
     address, 192.0.2.1, and the scheduler listens there; the worker must still bind 127.0.0.1 only."""
@@ -313,10 +322,11 @@ def _certificates(folder):
     return ca, cert, key
 
 
+@pytest.mark.slow
 def test_tls_secured_cluster_runs_a_study_end_to_end(tmp_path, data_dir, capsys):
     import distributed
 
-    from tlsearch.cluster import tls_security
+    from tlsearch.execution._cluster import tls_security
 
     ca, cert, key = _certificates(tmp_path)
     tls = ["--tls-ca-file", str(ca), "--tls-cert", str(cert), "--tls-key", str(key)]
@@ -374,6 +384,7 @@ def test_incomplete_tls_options_are_refused(tmp_path, capsys):
 # -- bad input: one clear line each ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_full_disk_while_caching_is_one_clear_line_and_leaves_nothing_half_written(
     tmp_path, data_dir, capsys, monkeypatch
 ):

@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 import tlsearch
 from tests import slurm_cluster
 from tests.test_driver import write_study
-from tlsearch.study import load_study_file
+from tlsearch.spec._spec import load_study_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -10,8 +10,8 @@ from search_spaces.cnn import cnn
 from search_spaces.mlp import mlp
 from search_spaces.optimizers import optimizer
 from search_spaces.tree_ensembles import gradient_boosting, make_gradient_boosting, make_random_forest, random_forest
-from tlsearch.errors import TLSearchError
-from tlsearch.spaces import InvalidSpaceError, check_space, sample, scoped
+from tlsearch.errors import InvalidSpaceError, TLSearchError
+from tlsearch.spaces import check_space, sample, scoped
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

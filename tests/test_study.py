@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from pathlib import Path
 
@@ -11,19 +12,11 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GroupKFold
 
-from tlsearch.cv import AutoKFold
-from tlsearch.errors import TLSearchError
-from tlsearch.pruners import KFoldPruner
-from tlsearch.spaces import InvalidSpaceError, check_space
-from tlsearch.study import (
-    CustomLoop,
-    KerasModel,
-    SklearnModel,
-    StudyFileError,
-    StudySpec,
-    StudySpecError,
-    load_study_file,
-)
+from tlsearch.cv._evaluate import AutoKFold
+from tlsearch.cv._pruners import KFoldPruner
+from tlsearch.errors import InvalidSpaceError, StudyFileError, StudySpecError, TLSearchError
+from tlsearch.spaces import check_space
+from tlsearch.spec._spec import CustomLoop, KerasModel, SklearnModel, StudySpec, load_study_file
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies"
 
@@ -40,16 +33,17 @@ def spec(**overrides) -> StudySpec:
 
 def test_defaults():
     study = spec()
-    assert isinstance(study.cv, AutoKFold)
-    assert (study.cv.n_splits, study.cv.shuffle, study.cv.random_state) == (5, True, 0)
-    assert isinstance(study.sampler, optuna.samplers.TPESampler)
-    assert isinstance(study.pruner, KFoldPruner)
+    assert isinstance(study.cv_, AutoKFold)
+    assert (study.cv_.n_splits, study.cv_.shuffle, study.cv_.random_state) == (5, True, 0)
+    assert isinstance(study.sampler_, optuna.samplers.TPESampler)
+    assert isinstance(study.pruner_, KFoldPruner)
     assert study.metrics == (None,) and study.metric_names == ("score",)
-    assert study.directions == ("maximize",) and study.direction == "maximize"
+    assert study.directions_ == ("maximize",)
+    assert (study.cv, study.sampler, study.pruner, study.direction, study.directions) == (None,) * 5  # as given
     assert study.retries >= 0 and study.seed == 0 and not study.is_multi_objective
-    assert spec(cv=3).cv.n_splits == 3
+    assert spec(cv=3).cv_.n_splits == 3
     splitter = GroupKFold(4)
-    assert spec(cv=splitter).cv is splitter
+    assert spec(cv=splitter).cv_ is splitter
 
 
 @pytest.mark.parametrize(
@@ -67,15 +61,25 @@ def test_defaults():
     ],
 )
 def test_direction_is_inferred_from_the_metric(model, metric, expected):
-    assert spec(model=model, metric=metric).directions == (expected,)
+    assert spec(model=model, metric=metric).directions_ == (expected,)
 
 
 def test_multi_objective():
     study = spec(metric=["accuracy", "neg_log_loss"], directions=["maximize", "maximize"])
-    assert study.is_multi_objective and study.direction is None
+    assert study.is_multi_objective and study.directions == ["maximize", "maximize"]  # as given
     assert study.metric_names == ("accuracy", "neg_log_loss")
-    assert isinstance(study.pruner, optuna.pruners.NopPruner)
-    assert len(study.directions) == 2
+    assert isinstance(study.pruner_, optuna.pruners.NopPruner)
+    assert study.directions_ == ("maximize", "maximize")
+
+
+def test_a_spec_is_plain_data_that_dataclasses_replace_copies_with_new_values():
+    given = spec(cv=3, holdout=0.2, direction="maximize", sampler=lambda seed: optuna.samplers.RandomSampler(seed))
+    fewer = dataclasses.replace(given, n_trials=5)
+    assert fewer.n_trials == 5 and fewer.cv == 3 and fewer.holdout == 0.2 and fewer.direction == "maximize"
+    assert fewer.cv_.cv.n_splits == 3 and isinstance(fewer.sampler_, optuna.samplers.RandomSampler)
+    assert fewer == dataclasses.replace(given, n_trials=5) and fewer != given
+    with pytest.raises(StudySpecError, match="StudySpec.n_trials must be an int >= 1"):
+        dataclasses.replace(given, n_trials=0)
 
 
 @pytest.mark.parametrize(
@@ -188,12 +192,13 @@ def test_digits_study_file_stays_tiny():
     assert len(lines) <= 25
 
 
+@pytest.mark.slow
 def test_loading_a_scikit_learn_study_does_not_import_keras():
     import subprocess
     import sys
 
     code = (
-        "import sys; from tlsearch.study import load_study_file; from tlsearch.spaces import check_space; "
+        "import sys; from tlsearch.spec import load_study_file; from tlsearch.spaces import check_space; "
         f"spec = load_study_file({str(STUDIES / 'wine_sklearn.py')!r}); check_space(spec.space, spec.name); "
         "assert 'keras' not in sys.modules and 'tensorflow' not in sys.modules"
     )

@@ -9,16 +9,16 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState
 
-from tlsearch import _optuna_compat as compat
-from tlsearch.stores import Stores
-from tlsearch.trial_task import open_trial
+from tlsearch._compat import optuna as compat
+from tlsearch.execution._trial_task import open_trial
+from tlsearch.stores._stores import Stores
 
 
 class Spec:
     """The two things `open_trial` reads from a study definition."""
 
-    pruner = optuna.pruners.NopPruner()
-    sampler = optuna.samplers.TPESampler(seed=0, n_startup_trials=2)
+    pruner_ = optuna.pruners.NopPruner()
+    sampler_ = optuna.samplers.TPESampler(seed=0, n_startup_trials=2)
 
 
 def test_a_later_trial_in_the_same_thread_sees_the_trials_finished_since(tmp_path):
@@ -43,4 +43,4 @@ def test_each_trial_samples_with_the_study_sampler_seeded_for_it(tmp_path):
     ]
     assert draws[0] != draws[1], "trials with different seeds draw differently"
     assert draws[0] == draws[2], "the same seed draws the same"
-    assert open_trial(Spec, storage, "s", ids[0], 7).study.sampler is not Spec.sampler
+    assert open_trial(Spec, storage, "s", ids[0], 7).study.sampler is not Spec.sampler_

@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 
 import tlsearch
-from tlsearch import study_attrs
 from tlsearch.cli import main
-from tlsearch.stores import Stores
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.stores._stores import Stores
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

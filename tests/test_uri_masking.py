@@ -43,6 +43,7 @@ def _uris(port: int):
     yield f"mongodb://bob:s3cr3tPw@127.0.0.1:{port}/?tlsCertificateKeyFilePassword=s3cr3tKey", ["s3cr3tPw", "s3cr3tKey"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("debug", [False, True])
 def test_status_never_prints_the_password_of_any_uri(closed_port, capsys, debug):
     checked = 0

@@ -13,9 +13,9 @@ import distributed
 import numpy as np
 import pytest
 
-from tlsearch import driver
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
+from tlsearch.execution import _driver as driver
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -66,7 +66,7 @@ def test_a_dataset_pushed_again_under_the_same_ref_is_read_again(tmp_path, clien
 
 
 def _opened_datasets() -> int:
-    from tlsearch import trial_task
+    from tlsearch.execution import _trial_task as trial_task
 
     return trial_task._open_dataset.cache_info().currsize
 
@@ -74,7 +74,7 @@ def _opened_datasets() -> int:
 def test_the_prefetch_plugin_opens_the_studys_dataset_on_a_worker_before_any_trial(tmp_path, client):
     import time
 
-    from tlsearch.cluster import DatasetPrefetch
+    from tlsearch.execution._cluster import DatasetPrefetch
 
     stores = Stores(home=tmp_path / "home")
     info = stores.dataset_store().push("p", {"X": np.zeros((6, 2)), "y": np.array([0, 1] * 3)})

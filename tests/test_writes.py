@@ -14,9 +14,9 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import create_trial
 
-from tlsearch import study_files
 from tlsearch.cli import main
-from tlsearch.stores import Stores
+from tlsearch.stores import _study_files as study_files
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -170,6 +170,7 @@ def small_tmpfs(tmp_path):
         subprocess.run(["umount", str(mount_point)], check=True)
 
 
+@pytest.mark.slow
 def test_a_full_filesystem_gives_one_line_and_keeps_the_previous_report(tmp_path, small_tmpfs, capsys):
     home = tmp_path / "home"
     _study(home)
@@ -186,8 +187,8 @@ def test_a_full_filesystem_gives_one_line_and_keeps_the_previous_report(tmp_path
 def test_a_link_planted_at_the_host_caches_download_log_is_refused(tmp_path):
     import numpy as np
 
-    from tlsearch._files import SymlinkRefusedError
     from tlsearch.data import HostCache
+    from tlsearch.errors import SymlinkRefusedError
 
     store = Stores(home=tmp_path / "home").dataset_store()
     store.push("d", {"X": np.zeros((4, 2)), "y": np.array([0, 1, 0, 1])})
@@ -207,7 +208,7 @@ def test_a_forged_slot_counter_on_mongodb_is_refused_not_obeyed(tmp_path, mongo_
     storage = stores.study_storage()
     assert storage.claim_trial_slot(study._study_id, 6, lambda: 0)
     mongo_client[mongo_db_name]["studies"].update_one({"name": "forged"}, {"$set": {"trial_slots": -20}})
-    from tlsearch.storage._slots import SlotCounterError
+    from tlsearch.errors import SlotCounterError
 
     with pytest.raises(SlotCounterError, match="holds -20, not a count of trials"):
         storage.claim_trial_slot(study._study_id, 6, lambda: 0)

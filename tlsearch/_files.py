@@ -17,23 +17,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import DiskFullError, SymlinkRefusedError
 
 _FULL = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-
-
-class _FileError(TLSearchError, OSError):
-    def __str__(self) -> str:
-        return str(self.strerror)  # the one line, without OSError's "[Errno N]" prefix
-
-
-class SymlinkRefusedError(_FileError):
-    """tlsearch was asked to write through a symbolic link: it never follows one."""
-
-
-class DiskFullError(_FileError):
-    """A write ran out of disk space or quota (or past the file-size limit)."""
 
 
 def write_file(path: str | os.PathLike, data: bytes | str, mode: int = 0o644) -> Path:

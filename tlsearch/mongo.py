@@ -17,7 +17,7 @@ from bson import Binary, ObjectId
 from pymongo.collection import Collection
 from pymongo.errors import AutoReconnect, ConfigurationError, CursorNotFound, OperationFailure, PyMongoError
 
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import GridFSDamagedError, MongoUnavailableError
 
 _logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -36,19 +36,6 @@ _DELIMITERS = re.compile(r"[/?#@: ]+")
 # Options whose values are secrets: any *password*, *secret* or *token* option, and authMechanismProperties
 # (it can carry an AWS session token).
 _SECRET_OPTIONS = re.compile(r"(?i)((?:password|secret|token|authMechanismProperties)[^=&]*=)[^&#]*")
-
-
-class MongoUnavailableError(TLSearchError, ConnectionError):
-    """The MongoDB server cannot be reached (or stayed unreachable longer than the retry window)."""
-
-
-class GridFSDamagedError(ValueError):
-    """A GridFS file whose chunks are missing, out of order or of the wrong size. `problem` is "damaged" or
-    "truncated", `detail` says where."""
-
-    def __init__(self, problem: str, detail: str) -> None:
-        super().__init__(f"{problem} ({detail})")
-        self.problem, self.detail = problem, detail
 
 
 def mask_uri(uri: str) -> str:

@@ -19,7 +19,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import InvalidSpaceError
 
 Space = Callable[[optuna.Trial], dict] | Mapping[str, Any]
 
@@ -31,10 +31,6 @@ _SUGGEST_METHODS = (
     "suggest_loguniform",
     "suggest_discrete_uniform",
 )
-
-
-class InvalidSpaceError(TLSearchError, ValueError):
-    """A search space that cannot be sampled; the message names the space and, when known, the parameter."""
 
 
 def sample(trial: optuna.Trial, space: Space) -> dict:

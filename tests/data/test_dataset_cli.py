@@ -124,6 +124,7 @@ def test_push_refuses_zero_rows_and_a_single_class(where, capsys, tmp_path):
     assert "one class only" in err
 
 
+@pytest.mark.slow
 def test_push_refuses_a_header_too_large_for_a_mongodb_document(where, capsys, tmp_path):
     header = [f"column_{i:06d}_" + "x" * 200 for i in range(45_000)] + ["y"]  # ≈ 9.5 MB of names
     err = _refused(capsys, where, "bad", _csv(tmp_path / "wide.csv", header, [[0] * 45_000 + [0], [1] * 45_000 + [1]]))

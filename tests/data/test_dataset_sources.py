@@ -6,16 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tlsearch.data import (
-    BUILTINS,
-    DatasetExistsError,
-    DatasetNotFoundError,
-    DatasetValidationError,
-    arrays_from_frame,
-    ensure_dataset,
-    push_source,
-    read_source,
-)
+from tlsearch.data import BUILTINS, arrays_from_frame, ensure_dataset, push_source, read_source
+from tlsearch.errors import DatasetExistsError, DatasetNotFoundError, DatasetValidationError
 
 
 @pytest.fixture

@@ -11,14 +11,9 @@ import pytest
 from bson import ObjectId
 from data_helpers import make_arrays, stored_objects
 
-from tlsearch.data import (
-    DatasetCorruptedError,
-    DatasetExistsError,
-    DatasetNotFoundError,
-    DatasetValidationError,
-    hash_arrays,
-)
+from tlsearch.data import hash_arrays
 from tlsearch.data._gridfs import MongoDatasetStore
+from tlsearch.errors import DatasetCorruptedError, DatasetExistsError, DatasetNotFoundError, DatasetValidationError
 
 DTYPES = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
 

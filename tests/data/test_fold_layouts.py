@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import tlsearch
-from tlsearch import study_attrs
 from tlsearch.cli import main
-from tlsearch.stores import Stores
-from tlsearch.study import load_study_file
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores._stores import Stores
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -15,17 +15,9 @@ from sklearn.model_selection import (
     TimeSeriesSplit,
 )
 
-from tlsearch.data import (
-    DatasetCorruptedError,
-    DatasetValidationError,
-    FoldPlan,
-    FoldPlanMismatchError,
-    FoldPlanNotFoundError,
-    HostCache,
-    describe_splitter,
-    fold_plan_for,
-)
+from tlsearch.data import FoldPlan, HostCache, describe_splitter, fold_plan_for
 from tlsearch.data._gridfs import MongoDatasetStore
+from tlsearch.errors import DatasetCorruptedError, DatasetValidationError, FoldPlanMismatchError, FoldPlanNotFoundError
 
 
 class EveryThirdRow:
@@ -91,6 +83,7 @@ def test_plans_are_stored_by_hash_and_served_as_zero_copy_folds(store, cache, da
     plan.check_matches(dataset.info, splitter)
 
 
+@pytest.mark.slow
 def test_folds_are_identical_across_processes_even_when_unseeded(store, dataset, tmp_path):
     seeded = KFold(5, shuffle=True, random_state=7)
     results = run_in_processes(
@@ -108,6 +101,7 @@ def test_folds_are_identical_across_processes_even_when_unseeded(store, dataset,
     plan.check_matches(dataset.info, KFold(5, shuffle=True))
 
 
+@pytest.mark.slow
 def test_plans_survive_a_server_restart(persistent_mongo_server, tmp_path):
     store = MongoDatasetStore(persistent_mongo_server.uri, "restart", chunk_bytes=4096)
     store.push("kept", make_arrays(n_rows=200))

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from data_helpers import make_arrays, open_in_process, run_in_processes
 
-from tlsearch.data import DatasetCorruptedError, HostCache, fold_plan_for
+from tlsearch.data import HostCache, fold_plan_for
+from tlsearch.errors import DatasetCorruptedError
 
 
 def test_open_maps_read_only_arrays_shared_through_the_page_cache(store, cache):
@@ -30,6 +31,7 @@ def test_open_maps_read_only_arrays_shared_through_the_page_cache(store, cache):
     assert len(cache.downloads()) == 1  # the second open reads nothing from the store
 
 
+@pytest.mark.slow
 def test_four_processes_opening_at_once_download_once(store, tmp_path):
     store.push("contended", make_arrays(n_rows=20000, n_features=8))  # 640 kB: 160 GridFS chunks in tests
     results = run_in_processes(open_in_process, [(store, "contended", str(tmp_path / "cache"))] * 4)

@@ -1,4 +1,4 @@
-"""The batched trial writes of tlsearch's two study stores (MongoDB and the journal file): what one write
+"""The batched trial write (`set_trial_user_attrs`) of tlsearch's two study stores (MongoDB and the journal file): what one write
 stores is what a fresh reader sees, and a finished or missing trial refuses it as single writes do."""
 
 from __future__ import annotations
@@ -26,30 +26,27 @@ def stores(request, tmp_path):
         yield open_journal(path), lambda: open_journal(path)
 
 
-def test_an_intermediate_value_and_user_attrs_in_one_write(stores):
+def test_user_attrs_in_one_write(stores):
     writer, reopen = stores
     study_id = writer.create_new_study([StudyDirection.MAXIMIZE])
     trial_id = writer.create_new_trial(study_id)
-    writer.set_trial_intermediate_value_and_user_attrs(trial_id, 0, 0.9, {"split0_test_score": 0.9, "a.b": [1]})
-    writer.set_trial_intermediate_value_and_user_attrs(trial_id, 1, 0.85, {"split1_test_score": 0.8})
+    writer.set_trial_user_attrs(trial_id, {"split0_test_score": 0.9, "a.b": [1]})
+    writer.set_trial_user_attrs(trial_id, {"split1_test_score": 0.8})
     writer.set_trial_user_attrs(trial_id, {"mean_test_score": 0.85})
     seen = reopen().get_trial(trial_id)
-    assert seen.intermediate_values == {0: 0.9, 1: 0.85}
     assert seen.user_attrs == {"split0_test_score": 0.9, "a.b": [1], "split1_test_score": 0.8, "mean_test_score": 0.85}
     writer.set_trial_state_values(trial_id, TrialState.COMPLETE, [0.85])
-    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
-        writer.set_trial_intermediate_value_and_user_attrs(trial_id, 2, 0.7, {"late": 1})
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
         writer.set_trial_user_attrs(trial_id, {"late": 1})
     assert reopen().get_trial(trial_id).user_attrs.keys() == seen.user_attrs.keys()
     with pytest.raises(KeyError):
-        writer.set_trial_intermediate_value_and_user_attrs(trial_id + 1000, 0, 0.5, {"x": 1})
+        writer.set_trial_user_attrs(trial_id + 1000, {"x": 1})
 
 
 def test_a_kfold_trial_reports_each_fold_with_its_scores(stores):
     """The recorder reports each fold's running mean together with its scores, in the store and in the trial's
     cached copy that the pruner reads."""
-    from tlsearch.cv import _ResultRecorder
+    from tlsearch.cv._evaluate import _ResultRecorder
     from tlsearch.models import FoldResult
 
     writer, reopen = stores

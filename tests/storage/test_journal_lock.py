@@ -56,6 +56,7 @@ for _ in range(n_trials):
 """
 
 
+@pytest.mark.slow
 def test_queued_and_plain_writers_share_one_journal_without_losing_a_write(tmp_path):
     path = str(tmp_path / "studies.journal")
     optuna.create_study(study_name="shared", storage=open_journal(path))
@@ -90,7 +91,7 @@ def test_a_cut_off_last_line_is_ignored_with_a_warning_and_the_next_write_repair
 
 
 def test_garbage_in_the_middle_of_the_journal_names_the_file_and_line(tmp_path):
-    from tlsearch.storage._journal import JournalDamagedError
+    from tlsearch.errors import JournalDamagedError
 
     path = _journal_with_a_trial(tmp_path)
     lines = path.read_bytes().splitlines(keepends=True)
@@ -107,6 +108,7 @@ class TestEmbeddedJournalConformance(StorageTestCase):
         return open_journal(str(tmp_path / "studies.journal"))
 
 
+@pytest.mark.slow
 def test_processes_append_through_a_pickled_journal_store_without_losing_a_record(tmp_path):
     # Optuna's test_concurrent_append_logs_for_multi_processes, on our backend and lock: every append goes
     # through a copy of the storage pickled into another process.
@@ -119,6 +121,7 @@ def test_processes_append_through_a_pickled_journal_store_without_losing_a_recor
     assert len(logs) == 200 and all(entry == record for entry in logs)
 
 
+@pytest.mark.slow
 def test_a_study_on_the_journal_store_optimizes_in_joblib_processes(tmp_path):
     import joblib
 

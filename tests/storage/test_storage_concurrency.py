@@ -10,6 +10,7 @@ from pathlib import Path
 
 import optuna
 import pymongo
+import pytest
 from optuna.trial import TrialState
 
 from tlsearch.storage import MongoStorage
@@ -27,6 +28,7 @@ def wait_all(processes: list[subprocess.Popen], timeout: float = 240) -> None:
         assert process.wait(timeout=timeout) == 0
 
 
+@pytest.mark.slow
 def test_eight_processes_with_tpe_make_dense_complete_trials(mongo_uri, mongo_db_name):
     storage = MongoStorage(mongo_uri, mongo_db_name)
     optuna.create_study(study_name="tpe", storage=storage)
@@ -39,6 +41,7 @@ def test_eight_processes_with_tpe_make_dense_complete_trials(mongo_uri, mongo_db
     assert all(set(trial.params) == {"x", "n"} for trial in trials)
 
 
+@pytest.mark.slow
 def test_four_processes_run_each_enqueued_trial_once(mongo_uri, mongo_db_name, tmp_path):
     storage = MongoStorage(mongo_uri, mongo_db_name)
     study = optuna.create_study(study_name="queue", storage=storage)
@@ -56,6 +59,7 @@ def test_four_processes_run_each_enqueued_trial_once(mongo_uri, mongo_db_name, t
     assert [trial.number for trial in trials] == list(range(len(trials)))
 
 
+@pytest.mark.slow
 def test_a_study_is_resumed_by_another_process(mongo_uri, mongo_db_name):
     optuna.create_study(study_name="resumed", storage=MongoStorage(mongo_uri, mongo_db_name))
     wait_all([start("tpe", mongo_uri, mongo_db_name, "resumed", 12, 0)])
@@ -69,6 +73,7 @@ def test_a_study_is_resumed_by_another_process(mongo_uri, mongo_db_name):
     assert starts == sorted(starts)  # the second process's trials follow the first's
 
 
+@pytest.mark.slow
 def test_numbers_stay_dense_when_creating_processes_are_killed(mongo_uri, mongo_db_name):
     storage = MongoStorage(mongo_uri, mongo_db_name)
     study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], "crash")

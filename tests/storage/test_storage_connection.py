@@ -16,9 +16,9 @@ from optuna.trial import TrialState
 from pymongo.collection import Collection
 from pymongo.errors import AutoReconnect
 
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import MongoUnavailableError, TLSearchError
 from tlsearch.mongo import mask_uri
-from tlsearch.storage import MongoStorage, MongoUnavailableError
+from tlsearch.storage import MongoStorage
 
 SECRET = "s3cr3t-pw"
 
@@ -176,6 +176,7 @@ def test_a_lost_reply_to_a_state_change_still_counts_once(mongo_storage, monkeyp
     assert mongo_storage.get_trial(waiting).values == [1.0]
 
 
+@pytest.mark.slow
 def test_a_server_restart_during_writes_loses_nothing_and_duplicates_nothing(persistent_mongo_server, caplog):
     # A short server selection timeout, so that operations fail while the server is down and are retried
     # by the storage (with the default 5 s, pymongo itself may wait the restart out).

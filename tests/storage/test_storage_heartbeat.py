@@ -29,6 +29,7 @@ def heartbeat_storage(uri: str, database: str, **kwargs) -> MongoStorage:
     return MongoStorage(uri, database, heartbeat_interval=INTERVAL, grace_period=GRACE, **kwargs)
 
 
+@pytest.mark.slow
 def test_a_killed_workers_trial_fails_after_the_grace_period_and_is_retried(mongo_uri, mongo_db_name, tmp_path):
     retry = RetryHeartbeatStaleTrialCallback()
     storage = heartbeat_storage(mongo_uri, mongo_db_name, heartbeat_stale_trial_callback=retry)

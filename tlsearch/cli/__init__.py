@@ -3,7 +3,7 @@
 Each module exposes `register(subparsers, parent)`, which adds its parser (with `parents=[parent]` for the
 common options) and sets `func(args) -> int | None`.
 Errors a user can fix (`TLSearchError`, bad input) print one line and exit 1; `--debug` shows the traceback.
-`run` and `resume` exit with the codes of `tlsearch.dispatcher.EXIT_CODES` (README: "Faults, stopping and resuming").
+`run` and `resume` exit with the codes of `tlsearch.execution.EXIT_CODES` (README: "Faults, stopping and resuming").
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def common_options() -> argparse.ArgumentParser:
 
 def stores_of(args):
     """The stores the settings select (`--mongo`, `--database`, `--home`, then the other layers)."""
-    from tlsearch.stores import Stores
+    from tlsearch.stores._stores import Stores
 
     return Stores.of(args.settings)
 
@@ -76,7 +76,7 @@ def tls_options() -> argparse.ArgumentParser:
 
 def security_of(args):
     """The `distributed.Security` the TLS options select, or None for plain TCP."""
-    from tlsearch import cluster
+    from tlsearch.execution import _cluster as cluster
 
     return cluster.tls_security(*args.settings.tls_files())
 

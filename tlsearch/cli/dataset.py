@@ -143,8 +143,9 @@ def _progress(description: str, total: int):
 
 
 def _push(args) -> int:
-    from tlsearch.data import DatasetNotFoundError, read_source
+    from tlsearch.data import read_source
     from tlsearch.data._npy import npy_size
+    from tlsearch.errors import DatasetNotFoundError
 
     arrays, metadata = read_source(
         args.path, features=args.features, label=args.label, groups=args.groups, sample_weight=args.sample_weight

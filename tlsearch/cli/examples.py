@@ -33,7 +33,7 @@ def register(subparsers, parent) -> None:
 
 
 def _examples(args) -> int:
-    from tlsearch.study import examples
+    from tlsearch.spec._spec import examples
 
     shipped = examples()
     width = max(map(len, shipped), default=0)
@@ -43,7 +43,7 @@ def _examples(args) -> int:
 
 
 def _init(args) -> int:
-    from tlsearch.study import example_path
+    from tlsearch.spec._spec import example_path
 
     source = example_path(args.name)
     target = Path.cwd() / source.name

@@ -30,8 +30,8 @@ def register(subparsers, parent) -> None:
 
 def _refit(args) -> int:
     from tlsearch.cli import stores_of
-    from tlsearch.refit import refit
-    from tlsearch.study import load_study_file
+    from tlsearch.reading._refit import refit
+    from tlsearch.spec._spec import load_study_file
 
     spec = load_study_file(args.study_file) if args.study_file else None
     record, path = refit(args.name, stores=stores_of(args), trial_number=args.trial, spec=spec, output=args.output)

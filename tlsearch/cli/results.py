@@ -115,13 +115,13 @@ def register(subparsers, parent) -> None:
 
 
 def _load(args) -> optuna.Study:
-    from tlsearch import study_attrs
+    from tlsearch.reading import _study_attrs as study_attrs
 
     return study_attrs.load(stores_of(args), args.name)
 
 
 def _status(args) -> int:
-    from tlsearch import trials_table
+    from tlsearch.reading import _trials_table as trials_table
 
     stores = stores_of(args)
     storage = stores.study_storage()
@@ -143,7 +143,7 @@ def _status(args) -> int:
 
 
 def _best(args) -> int:
-    from tlsearch import trials_table
+    from tlsearch.reading import _trials_table as trials_table
 
     study = _load(args)
     if args.json:
@@ -162,8 +162,8 @@ def _best_trials(study: optuna.Study):
 
 
 def _trials(args) -> int:
-    from tlsearch import trials_table
     from tlsearch._files import write_file
+    from tlsearch.reading import _trials_table as trials_table
 
     states = tuple(TrialState[s] for s in args.state) if args.state else None
     if args.format == "parquet" and not args.output:
@@ -180,7 +180,7 @@ def _trials(args) -> int:
 
 
 def _report(args) -> int:
-    from tlsearch.report import write_report
+    from tlsearch.reading._report import write_report
 
     study = _load(args)
     path = Path(args.output) if args.output else args.settings.home / "reports" / f"{args.name}.html"
@@ -203,8 +203,8 @@ def _dashboard(args) -> int:
 
 
 def _copy(args) -> int:
-    from tlsearch import study_attrs
-    from tlsearch.stores import Stores
+    from tlsearch.reading import _study_attrs as study_attrs
+    from tlsearch.stores._stores import Stores
 
     source = stores_of(args)
     target = Stores.resolve(args.to, args.to_database or args.settings.database, args.settings.home)

@@ -104,7 +104,7 @@ def _driver_options() -> argparse.ArgumentParser:
 
 
 def _run(args) -> int:
-    from tlsearch.study import load_study_file, study_file_path
+    from tlsearch.spec._spec import load_study_file, study_file_path
 
     study_file = study_file_path(args.study_file)  # `example:NAME` recorded as the shipped file's path
     spec = load_study_file(study_file)
@@ -112,8 +112,9 @@ def _run(args) -> int:
 
 
 def _resume(args) -> int:
-    from tlsearch import study_attrs, study_files
-    from tlsearch.study import load_study_file
+    from tlsearch.reading import _study_attrs as study_attrs
+    from tlsearch.spec._spec import load_study_file
+    from tlsearch.stores import _study_files as study_files
 
     stores = stores_of(args)
     hint = study_attrs.read(study_attrs.load(stores, args.name)).get(study_attrs.STUDY_FILE)
@@ -123,7 +124,8 @@ def _resume(args) -> int:
 
 def _drive(args, spec, name: str, study_file, resume: bool) -> int:
     """Run the study, print its best trial, write the report; the exit code says why the run ended."""
-    from tlsearch import driver, trials_table
+    from tlsearch.execution import _driver as driver
+    from tlsearch.reading import _trials_table as trials_table
 
     stores = stores_of(args)
     result = driver.drive(
@@ -145,7 +147,7 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
         return result.exit_code
     echo(trials_table.best_summary(result.study))
     if not args.no_report:
-        from tlsearch.report import write_report
+        from tlsearch.reading._report import write_report
 
         path = Path(args.report) if args.report else stores.home / "reports" / f"{name}.html"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -155,7 +157,7 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
 
 
 def _stop(args) -> int:
-    from tlsearch import study_attrs
+    from tlsearch.reading import _study_attrs as study_attrs
 
     study_attrs.request_stop(stores_of(args), args.name)
     echo(f"asked the drivers of {args.name!r} to stop; running trials will finish")

@@ -51,7 +51,7 @@ def register(subparsers, parent) -> None:
 
 
 def _worker(args) -> int:
-    from tlsearch import cluster
+    from tlsearch.execution import _cluster as cluster
 
     scheduler = args.settings.scheduler_address()
     if not scheduler:

@@ -9,7 +9,15 @@ fold = dataset.fold(plan, 0)                        # fold.train["X"], fold.vali
 
 from tlsearch.data._cache import CacheEntry, HostCache
 from tlsearch.data._dataset import Dataset
-from tlsearch.data._errors import (
+from tlsearch.data._fold_views import Fold, Folds
+from tlsearch.data._folds import FoldPlan, describe_splitter
+from tlsearch.data._hashing import hash_arrays
+from tlsearch.data._info import ARRAY_NAMES, DatasetInfo, parse_ref
+from tlsearch.data._open import open_dataset_store
+from tlsearch.data._sources import BUILTINS, arrays_from_frame, ensure_dataset, load_builtin, push_source, read_source
+from tlsearch.data._splitting import compute_fold_plan, fold_plan_for
+from tlsearch.data._store import DatasetStore, TransferStats
+from tlsearch.errors import (
     DatasetBusyError,
     DatasetCorruptedError,
     DatasetError,
@@ -19,14 +27,6 @@ from tlsearch.data._errors import (
     FoldPlanMismatchError,
     FoldPlanNotFoundError,
 )
-from tlsearch.data._fold_views import Fold, Folds
-from tlsearch.data._folds import FoldPlan, describe_splitter
-from tlsearch.data._hashing import hash_arrays
-from tlsearch.data._info import ARRAY_NAMES, DatasetInfo, parse_ref
-from tlsearch.data._open import open_dataset_store
-from tlsearch.data._sources import BUILTINS, arrays_from_frame, ensure_dataset, load_builtin, push_source, read_source
-from tlsearch.data._splitting import compute_fold_plan, fold_plan_for
-from tlsearch.data._store import DatasetStore, TransferStats
 
 __all__ = [
     "ARRAY_NAMES",

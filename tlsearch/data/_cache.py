@@ -41,7 +41,6 @@ from filelock import FileLock
 from tlsearch._files import open_no_follow, write_file, write_to
 from tlsearch.config import Settings
 from tlsearch.data._dataset import Dataset
-from tlsearch.data._errors import DatasetCorruptedError, DatasetError
 from tlsearch.data._fold_views import FoldLayout, plan_layout, write_layout_rows
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._hashing import ContentHasher, hash_arrays
@@ -50,6 +49,7 @@ from tlsearch.data._locks import UseLock
 from tlsearch.data._npy import NpyHashingSink
 from tlsearch.data._paths import check_sha256, confined
 from tlsearch.data._store import DatasetStore, stored_size
+from tlsearch.errors import DatasetCorruptedError, DatasetError
 
 log = logging.getLogger(__name__)
 

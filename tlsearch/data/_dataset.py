@@ -8,11 +8,11 @@ from types import MappingProxyType
 
 import numpy as np
 
-from tlsearch.data._errors import FoldPlanMismatchError
 from tlsearch.data._fold_views import Fold, FoldLayout, Folds, fold_views, gathered_fold
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._info import GROUPS, SAMPLE_WEIGHT, DatasetInfo
 from tlsearch.data._locks import UseLock
+from tlsearch.errors import FoldPlanMismatchError
 
 # How a dataset gets a plan's fold layout, laid out once per host: the cache's, which owns the files.
 OpenLayout = Callable[["Dataset", FoldPlan], tuple[FoldLayout, dict[str, np.ndarray]]]

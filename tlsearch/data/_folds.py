@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tlsearch.data._errors import DatasetCorruptedError, DatasetValidationError, FoldPlanMismatchError
 from tlsearch.data._hashing import hash_fold_plan
 from tlsearch.data._paths import check_sha256
+from tlsearch.errors import DatasetCorruptedError, DatasetValidationError, FoldPlanMismatchError
 
 
 @dataclass(frozen=True, eq=False)

@@ -32,13 +32,19 @@ from pymongo.errors import DuplicateKeyError
 
 from tlsearch._renamed import renamed_keywords
 from tlsearch.config import database_name
-from tlsearch.data._errors import DatasetBusyError, DatasetCorruptedError, DatasetNotFoundError, FoldPlanNotFoundError
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._info import DatasetInfo, check_name, parse_ref
 from tlsearch.data._npy import iter_npy
 from tlsearch.data._paths import check_sha256
 from tlsearch.data._store import DatasetStore, Progress, version_for_push
-from tlsearch.mongo import GridFSDamagedError, connect, read_gridfs_chunks, write_gridfs_file
+from tlsearch.errors import (
+    DatasetBusyError,
+    DatasetCorruptedError,
+    DatasetNotFoundError,
+    FoldPlanNotFoundError,
+    GridFSDamagedError,
+)
+from tlsearch.mongo import connect, read_gridfs_chunks, write_gridfs_file
 
 CHUNK_BYTES = 4 << 20  # measured on the test server: 1 MiB ≈ 110 MB/s in, 4-8 MiB ≈ 135 MB/s in and faster out
 READ_BATCH_BYTES = 12 << 20

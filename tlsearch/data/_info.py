@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from tlsearch.data._errors import DatasetValidationError
 from tlsearch.data._paths import check_sha256
+from tlsearch.errors import DatasetValidationError
 
 # Array names a dataset may hold: features, labels, and the optional per-row groups and sample weights.
 FEATURES, LABELS, GROUPS, SAMPLE_WEIGHT = "X", "y", "groups", "sample_weight"

@@ -20,12 +20,12 @@ import numpy as np
 from filelock import FileLock
 
 from tlsearch._files import write_file
-from tlsearch.data._errors import DatasetCorruptedError, DatasetNotFoundError, FoldPlanNotFoundError
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._info import DatasetInfo, parse_ref
 from tlsearch.data._npy import PIECE_BYTES, write_npy
 from tlsearch.data._paths import check_sha256, confined
 from tlsearch.data._store import DatasetStore, Progress, version_for_push
+from tlsearch.errors import DatasetCorruptedError, DatasetNotFoundError, FoldPlanNotFoundError
 
 _STALE_TMP_SECONDS = 24 * 3600
 

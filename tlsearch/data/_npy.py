@@ -8,8 +8,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from tlsearch.data._errors import DatasetCorruptedError
 from tlsearch.data._hashing import ContentHasher, array_bytes
+from tlsearch.errors import DatasetCorruptedError
 
 PIECE_BYTES = 4 << 20
 

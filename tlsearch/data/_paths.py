@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tlsearch.data._errors import UnsafeStoreValueError
+from tlsearch.errors import UnsafeStoreValueError
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 

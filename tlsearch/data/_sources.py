@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tlsearch.data._errors import DatasetExistsError, DatasetNotFoundError, DatasetValidationError
 from tlsearch.data._info import FEATURES, GROUPS, LABELS, SAMPLE_WEIGHT, DatasetInfo
 from tlsearch.data._store import DatasetStore, Progress
+from tlsearch.errors import DatasetExistsError, DatasetNotFoundError, DatasetValidationError
 
 BUILTIN_PREFIX = "sklearn:"
 BUILTINS = ("digits", "wine", "breast_cancer", "iris")

@@ -6,10 +6,10 @@ import inspect
 import warnings
 
 from tlsearch.data._dataset import Dataset
-from tlsearch.data._errors import DatasetValidationError
 from tlsearch.data._folds import FoldPlan, describe_splitter
 from tlsearch.data._info import FEATURES, GROUPS, LABELS
 from tlsearch.data._store import DatasetStore
+from tlsearch.errors import DatasetValidationError
 
 
 def compute_fold_plan(dataset: Dataset, splitter) -> FoldPlan:

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
-from tlsearch.data._errors import DatasetCorruptedError, DatasetExistsError, DatasetNotFoundError
 from tlsearch.data._hashing import ContentHasher, hash_arrays
 from tlsearch.data._info import DatasetInfo, check_name
 from tlsearch.data._npy import NpyHashingSink, npy_size
 from tlsearch.data._validation import prepare_arrays, prepare_metadata
+from tlsearch.errors import DatasetCorruptedError, DatasetExistsError, DatasetNotFoundError
 
 if TYPE_CHECKING:
     from tlsearch.data._folds import FoldPlan

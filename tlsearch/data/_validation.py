@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tlsearch.data._errors import DatasetValidationError
 from tlsearch.data._info import ARRAY_NAMES, FEATURES, GROUPS, LABELS, REQUIRED_ARRAYS, SAMPLE_WEIGHT
+from tlsearch.errors import DatasetValidationError
 
 _NUMERIC_KINDS = "biuf"  # bool, signed and unsigned integers, floats
 _KIND_WORDS = {

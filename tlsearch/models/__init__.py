@@ -6,16 +6,8 @@
 
 from __future__ import annotations
 
-from tlsearch.models._base import (
-    Fold,
-    FoldResult,
-    FoldTrainer,
-    ModelKind,
-    NonFiniteLossError,
-    NonFiniteScoreError,
-    SpecView,
-    is_class_labels,
-)
+from tlsearch.errors import NonFiniteLossError, NonFiniteScoreError
+from tlsearch.models._base import Fold, FoldResult, FoldTrainer, ModelKind, SpecView, is_class_labels
 from tlsearch.models._custom import CustomLoop
 from tlsearch.models._keras import KerasModel, Target, describe_target
 from tlsearch.models._keras_backend import import_keras, prepare_worker  # import keras only when called

@@ -10,6 +10,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tlsearch._renamed import REMOVED_IN
+
 
 def is_class_labels(y: np.ndarray) -> bool:
     """True when y holds class labels: integers, booleans or strings taking two or more values.
@@ -22,22 +24,14 @@ def is_class_labels(y: np.ndarray) -> bool:
     return np.asarray(y).dtype.kind in "biuOSU" and type_of_target(y) in ("binary", "multiclass")
 
 
-class NonFiniteLossError(FloatingPointError):
-    """Training produced a NaN or infinite loss (usually a too-large learning rate): the trial fails."""
-
-
-class NonFiniteScoreError(FloatingPointError):
-    """A fold's score is NaN or infinite: the trial fails instead of reporting it."""
-
-
 @dataclass
 class Fold:
     """One fold's rows, already read from the dataset (only these rows are in memory).
 
-    index is the 0-based fold number; seed is the fold's seed, derived from (study seed, study name,
+    index is the fold's 0-based position in its plan; seed is the fold's seed, derived from (study seed, study name,
     trial number, index); random and numpy_random are the fold's own generators (a random.Random and a NumPy
     Generator seeded with it, unless given), which no other thread draws from; sample_weight holds the training rows' weights, or None; trial_number is the
-    trial's number. epoch_hook, where the study prunes on epochs (tlsearch.pruners.epoch_hook), is called by
+    trial's number. epoch_hook, where the study prunes on epochs (tlsearch.cv.epoch_hook), is called by
     trainers that train in epochs after each epoch as `epoch_hook(epoch, max_epochs, score_now)`: epoch is
     1-based, score_now() returns the model's first metric on the validation rows now; it may raise
     optuna.TrialPruned.
@@ -64,13 +58,21 @@ class Fold:
     @property
     def x_valid(self) -> np.ndarray:
         """Deprecated name of `x_validation`."""
-        warnings.warn("Fold.x_valid is deprecated: use Fold.x_validation", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"Fold.x_valid is deprecated and removed in {REMOVED_IN}: use Fold.x_validation",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.x_validation
 
     @property
     def y_valid(self) -> np.ndarray:
         """Deprecated name of `y_validation`."""
-        warnings.warn("Fold.y_valid is deprecated: use Fold.y_validation", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"Fold.y_valid is deprecated and removed in {REMOVED_IN}: use Fold.y_validation",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.y_validation
 
 
@@ -88,7 +90,7 @@ class FoldResult:
 
 
 class SpecView(Protocol):
-    """What the trainers and `cv` read of a study's `tlsearch.StudySpec` (tlsearch.study is a layer above)."""
+    """What the trainers and `cv` read of a study's `tlsearch.StudySpec` (tlsearch.spec is a layer above)."""
 
     name: str
     seed: int

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from tlsearch.models._base import Fold, FoldResult, FoldTrainer, ModelKind, SpecView
+from tlsearch.models._checks import require
 from tlsearch.models._fold_random import seed_thread
-from tlsearch.spec_checks import require
 
 
 class CustomLoopTrainer(FoldTrainer):
@@ -55,7 +55,7 @@ class CustomLoopTrainer(FoldTrainer):
 class CustomLoop(ModelKind):
     """Your own training loop: `fn(params, fold, report) -> score` (a list of scores when multi-objective).
 
-    `fold` has x_train, y_train, x_validation, y_validation, index (0-based fold number), seed, sample_weight
+    `fold` has x_train, y_train, x_validation, y_validation, index (the 0-based fold index), seed, sample_weight
     (the training rows' weights or None), and the fold's own generators `random` (a `random.Random`) and
     `numpy_random` (a NumPy `Generator`), seeded from its seed: draw from these, not from the global `random`
     or `np.random`, which are seeded per fold too but shared with other threads of a worker (Dask's among them). The arrays are read-only views of this host's dataset cache:

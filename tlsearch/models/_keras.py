@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from tlsearch.errors import NonFiniteLossError
 from tlsearch.models import _keras_inputs as inputs
 from tlsearch.models import _keras_reuse as reuse
-from tlsearch.models._base import Fold, FoldResult, ModelKind, NonFiniteLossError, SpecView, is_class_labels
+from tlsearch.models._base import Fold, FoldResult, ModelKind, SpecView, is_class_labels
+from tlsearch.models._checks import is_int, require
 from tlsearch.models._keras_backend import (
     clear_session,
     custom_gradient_names,
@@ -25,7 +27,6 @@ from tlsearch.models._keras_backend import (
     set_random_seed,
 )
 from tlsearch.models._sklearn import resolve_scorer
-from tlsearch.spec_checks import is_int, require
 
 # Training steps per call into the backend when a study leaves steps_per_execution at 1 and has no callbacks of
 # its own (Keras calls batch-level callbacks once per call, so theirs would see fewer batches): a step of a

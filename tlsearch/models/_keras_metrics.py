@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tlsearch.spec_checks import StudySpecError
+from tlsearch.errors import StudySpecError
 
 # Every name Keras 3 registers as a loss (keras.losses), and error-like metrics. cosine_similarity is left out: as a
 # reported metric (keras.metrics.CosineSimilarity) it is the similarity itself, greater is better.

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from tlsearch.errors import TLSearchError
+
 # This process's last traced model, by structure, for the next trial of the same structure.
 kept_model: dict[str, Any] = {}
 
@@ -60,7 +62,7 @@ def _loss_names(model: Any) -> list[str]:
     return [loss.name for loss in losses if isinstance(getattr(loss, "name", None), str) and hasattr(loss, "call")]
 
 
-class _Opaque(Exception):
+class _Opaque(TLSearchError):
     """A compiled object whose state cannot be described by plain values."""
 
 

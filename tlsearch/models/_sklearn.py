@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from tlsearch.models._base import Fold, FoldResult, FoldTrainer, ModelKind, SpecView
+from tlsearch.models._checks import require
 from tlsearch.models._fold_random import seed_thread
-from tlsearch.spec_checks import require
 
 Scorer = Callable[[Any, np.ndarray, np.ndarray], float]
 

@@ -24,7 +24,7 @@ from optuna.distributions import BaseDistribution, distribution_to_json, json_to
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from tlsearch._optuna_compat import FrozenStudy
+from tlsearch._compat.optuna import FrozenStudy
 
 # Every write to a trial adds 1 to its `version` (0 when inserted): a writer whose update finds the version
 # it last wrote knows the whole document after its update without reading it back.

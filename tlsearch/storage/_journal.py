@@ -13,14 +13,14 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages.journal import BaseJournalBackend, JournalFileSymlinkLock
 
-from tlsearch._optuna_compat import (
+from tlsearch._compat.optuna import (
     BaseJournalFileLock,
     JournalOperation,
     append_journal_operations,
     get_lock_file,
     replay_journal,
 )
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import JournalDamagedError
 
 log = logging.getLogger(__name__)
 
@@ -31,22 +31,12 @@ except ImportError:  # Windows: Optuna's own lock alone
 
 
 class JournalStorage(optuna.storages.JournalStorage):
-    """`optuna.storages.JournalStorage` plus two batched writes that append several operations in one
-    locked, synced write instead of one each (a k-fold trial stores a dozen attributes, a few per fold)."""
+    """`optuna.storages.JournalStorage` plus a batched write, `set_trial_user_attrs`, that appends several
+    operations in one locked, synced write instead of one each (a k-fold trial stores a dozen attributes, a few
+    per fold)."""
 
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
         self._append(self._user_attr_logs(trial_id, attrs))
-
-    def set_trial_intermediate_value_and_user_attrs(
-        self, trial_id: int, step: int, intermediate_value: float, attrs: Mapping[str, Any]
-    ) -> None:
-        report = {
-            "op_code": JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE,
-            "trial_id": trial_id,
-            "step": step,
-            "intermediate_value": intermediate_value,
-        }
-        self._append([report, *self._user_attr_logs(trial_id, attrs)])
 
     @staticmethod
     def _user_attr_logs(trial_id: int, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -114,10 +104,6 @@ class QueuedJournalLock(BaseJournalFileLock):
             self._symlink_lock.release()
         finally:
             os.close(self._held.fd)  # closing the file releases its flock
-
-
-class JournalDamagedError(TLSearchError):
-    """A line in the middle of the journal file is not a journal operation."""
 
 
 class CrashTolerantJournalFile(BaseJournalBackend):

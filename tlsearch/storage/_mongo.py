@@ -32,8 +32,8 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from pymongo import ReturnDocument
 
-from tlsearch import _optuna_compat as compat
-from tlsearch._optuna_compat import BaseHeartbeat
+from tlsearch._compat import optuna as compat
+from tlsearch._compat.optuna import BaseHeartbeat
 from tlsearch._renamed import renamed_keywords
 from tlsearch.storage import _codec as codec
 from tlsearch.storage._cache import StudyCache
@@ -209,14 +209,6 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
             self._update_unfinished(trial_id, fields)
         else:
             self._check_updatable(trial_id)  # nothing to write, but the same errors as a write
-
-    def set_trial_intermediate_value_and_user_attrs(
-        self, trial_id: int, step: int, intermediate_value: float, attrs: Mapping[str, Any]
-    ) -> None:
-        """`set_trial_intermediate_value` and `set_trial_user_attrs` in one write (an extension of
-        BaseStorage: a k-fold trial reports after each fold, with that fold's scores)."""
-        fields = {f"intermediate_values.{int(step)}": float(intermediate_value), **self._user_attr_fields(attrs)}
-        self._update_unfinished(trial_id, fields)
 
     @staticmethod
     def _user_attr_fields(attrs: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from pymongo import IndexModel
 from pymongo.errors import DuplicateKeyError
 
 from tlsearch.config import database_name
-from tlsearch.mongo import MongoUnavailableError, connect, mask_uri, ping, retrying
+from tlsearch.errors import MongoUnavailableError
+from tlsearch.mongo import connect, mask_uri, ping, retrying
 
 STUDIES = "studies"
 TRIALS = "trials"

@@ -18,11 +18,11 @@ from optuna.study import StudyDirection
 from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
-from tlsearch._optuna_compat import DEFAULT_STUDY_NAME_PREFIX, FrozenStudy
+from tlsearch._compat.optuna import DEFAULT_STUDY_NAME_PREFIX, FrozenStudy
+from tlsearch.errors import SlotCounterError
 from tlsearch.storage import _codec as codec
 from tlsearch.storage._cache import StudyCache
 from tlsearch.storage._mongo_connection import Collections, MongoConnection
-from tlsearch.storage._slots import SlotCounterError
 
 _logger = logging.getLogger(__name__)
 

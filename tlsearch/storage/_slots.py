@@ -13,19 +13,15 @@ from collections.abc import Callable
 
 import optuna
 
+from tlsearch._compat.optuna import journal_file_path
 from tlsearch._files import open_no_follow, write_file
-from tlsearch._optuna_compat import journal_file_path
 from tlsearch._text import printable
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import SlotCounterError
 
 try:
     import fcntl
 except ImportError:  # Windows: no counter; the driver falls back to counting finished trials
     fcntl = None  # type: ignore[assignment]
-
-
-class SlotCounterError(TLSearchError, ValueError):
-    """The trial-slot counter holds something no driver wrote: not obeyed."""
 
 
 class TrialSlots:

@@ -7,7 +7,7 @@ import os
 import signal
 import threading
 
-from tlsearch.stores import Stores
+from tlsearch.stores._stores import Stores
 
 try:
     import fcntl

@@ -8,7 +8,7 @@ import logging
 import optuna
 from optuna.trial import TrialState
 
-from tlsearch import _optuna_compat as compat
+from tlsearch._compat import optuna as compat
 from tlsearch.storage._slots import TrialSlots
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tlsearch import study_attrs
+from tlsearch.reading import _study_attrs as study_attrs
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -23,7 +23,7 @@ from distributed.comm import get_address_host, parse_address
 from optuna.trial import TrialState
 
 from tlsearch.errors import TLSearchError
-from tlsearch.stores import Stores, require_shared
+from tlsearch.stores._stores import Stores, require_shared
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class DatasetPrefetch(distributed.WorkerPlugin):
         threading.Thread(target=self._fetch, name=self.name, daemon=True).start()
 
     def _fetch(self) -> None:
-        from tlsearch.trial_task import _open_dataset
+        from tlsearch.execution._trial_task import _open_dataset
 
         try:
             _open_dataset(self.stores, self.dataset_ref, self.dataset_hash)
@@ -243,7 +243,7 @@ class StudyDefinition(distributed.WorkerPlugin):
 def run_trial_task(job, definition: str):
     """The task the driver submits for each trial: `trial_task.run_trial` with the study definition that the
     worker plugin named `definition` holds. A trial that calls `sys.exit` fails like one that raises."""
-    from tlsearch.trial_task import TrialOutcome, run_trial
+    from tlsearch.execution._trial_task import TrialOutcome, run_trial
 
     try:
         return run_trial(job, distributed.get_worker().plugins[definition].payload)
@@ -399,7 +399,7 @@ async def run_workers(
 
 def prepare_workers(client: distributed.Client, spec) -> None:
     """Give each worker's Keras backend its share of its host's cores and, for a Keras study, import Keras in
-    the workers now (see tlsearch.worker_setup)."""
-    from tlsearch.worker_setup import WorkerSetup, workers_per_host
+    the workers now (see tlsearch.execution._worker_setup)."""
+    from tlsearch.execution._worker_setup import WorkerSetup, workers_per_host
 
     client.register_plugin(WorkerSetup(workers_per_host(client), preload_keras=spec.model.framework == "keras"))

@@ -8,11 +8,11 @@ from typing import Any
 
 import optuna
 
-from tlsearch import _optuna_compat as compat
-from tlsearch import study_files
+from tlsearch._compat import optuna as compat
 from tlsearch.data import HostCache
 from tlsearch.errors import TLSearchError
-from tlsearch.stores import Stores
+from tlsearch.stores import _study_files as study_files
+from tlsearch.stores._stores import Stores
 
 DATASET_REF = "tlsearch:dataset_ref"
 DATASET_HASH = "tlsearch:dataset_hash"
@@ -27,8 +27,8 @@ def load(stores: Stores, name: str, spec=None) -> optuna.Study:
         return optuna.load_study(
             study_name=name,
             storage=stores.study_storage(),
-            sampler=spec.sampler if spec else None,
-            pruner=spec.pruner if spec else None,
+            sampler=spec.sampler_ if spec else None,
+            pruner=spec.pruner_ if spec else None,
         )
     except KeyError:
         raise TLSearchError(f"no study named {name!r} in {stores.describe()}") from None

@@ -11,6 +11,9 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from tlsearch._compat import optuna as compat
+from tlsearch.errors import TLSearchError
+
 
 @dataclass(frozen=True)
 class PruneDecision:
@@ -67,7 +70,7 @@ class EpochPruneDecision:
         )
 
 
-class EpochPruned(optuna.TrialPruned):
+class EpochPruned(TLSearchError, optuna.TrialPruned):
     """Raised inside a fold's training to stop the trial on the epoch axis; `reason` is the stored decision."""
 
     def __init__(self, decision: EpochPruneDecision) -> None:
@@ -251,7 +254,7 @@ def prune_decision(trial: optuna.Trial, fold: int, n_folds: int) -> dict | None:
     store as `prune_reason` (the full decision for a KFoldPruner; the fold and the pruner's name for others)."""
     pruner = trial.study.pruner
     if isinstance(pruner, KFoldPruner):
-        decision = pruner.decide(trial.study, trial._get_latest_trial())
+        decision = pruner.decide(trial.study, compat.latest_trial(trial))
         return None if decision is None else decision.as_attr()
     if not trial.should_prune():
         return None

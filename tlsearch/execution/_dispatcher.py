@@ -23,14 +23,16 @@ import distributed
 import optuna
 from optuna.trial import TrialState
 
-from tlsearch import _optuna_compat as compat
-from tlsearch import cluster, fold_tasks, study_attrs
+from tlsearch._compat import optuna as compat
 from tlsearch.data import HostCache
-from tlsearch.progress import Progress
-from tlsearch.retries import fail_abandoned_trials, fail_and_retry, worker_deaths
+from tlsearch.execution import _cluster as cluster
+from tlsearch.execution import _fold_tasks as fold_tasks
+from tlsearch.execution._progress import Progress
+from tlsearch.execution._retries import fail_abandoned_trials, fail_and_retry, worker_deaths
+from tlsearch.execution._trial_task import TrialJob, TrialOutcome, pack_spec
+from tlsearch.reading import _study_attrs as study_attrs
 from tlsearch.seeds import derive_seed
 from tlsearch.storage._slots import TrialSlots
-from tlsearch.trial_task import TrialJob, TrialOutcome, pack_spec
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +380,7 @@ class Dispatcher:
             self._fail(trial_id, outcome)
             self.progress.running = self._trials_in_flight()
             self.progress.finished(number, TrialState.FAIL, None, self.last_error)
-            self.spec.run_callbacks(self.study, trial_id)
+            run_callbacks(self.spec, self.study, trial_id)
             return
         self.failed_in_a_row = 0
         # The trial object, not its number: telling by number looks its id up in the store (twice).
@@ -388,7 +390,7 @@ class Dispatcher:
             self.progress.best = self._best()  # the line printed for this trial counts it
         self.progress.running = self._trials_in_flight()
         self.progress.finished(number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}")
-        self.spec.run_callbacks(self.study, trial_id)
+        run_callbacks(self.spec, self.study, trial_id)
 
     def _expire_slow_trials(self) -> None:
         """Fail the trials running longer than `trial_timeout` (counted from when a worker took their task) as
@@ -488,3 +490,22 @@ class Dispatcher:
 def _task_error(result):
     """The exception of a task that did not finish (`as_completed` gives it alone or in an exc_info tuple)."""
     return result[1] if isinstance(result, tuple) else result
+
+
+def run_callbacks(spec, study: optuna.Study, trial_id: int) -> None:
+    """Call the spec's `callbacks` with the trial just recorded (its cv_results_ user attributes included), as
+    `Study.optimize` does; a callback that raises is logged as a warning, and the study goes on."""
+    if not spec.callbacks:
+        return
+    trial = compat.storage_of(study).get_trial(trial_id)
+    for callback in spec.callbacks:
+        try:
+            callback(study, trial)
+        except Exception as error:  # noqa: BLE001 - a tracking server down must not stop the study
+            log.warning(
+                "callback %s failed on trial %d: %s: %s",
+                getattr(callback, "__name__", type(callback).__name__),
+                trial.number,
+                type(error).__name__,
+                error,
+            )

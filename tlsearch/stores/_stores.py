@@ -94,7 +94,7 @@ def _open_study_storage(stores: Stores) -> optuna.storages.BaseStorage:
 
 @functools.cache
 def _open_artifact_store(stores: Stores):
-    from tlsearch.artifacts import open_artifact_store
+    from tlsearch.stores._artifacts import open_artifact_store
 
     return open_artifact_store(stores.mongo, database=stores.database, home=stores.home)
 

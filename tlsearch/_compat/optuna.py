@@ -38,7 +38,7 @@ from optuna.study._frozen import FrozenStudy
 from tlsearch import _pickling
 
 if TYPE_CHECKING:  # the artifact store protocol, for annotations only (no public path)
-    pass
+    from optuna.artifacts._protocol import ArtifactStore as ArtifactStore  # re-exported for annotations
 
 __all__ = [
     "BaseHeartbeat",
@@ -51,6 +51,7 @@ __all__ = [
     "get_lock_file",
     "heartbeat_interval",
     "journal_file_path",
+    "latest_trial",
     "open_trial",
     "replay_journal",
     "seeded_copy",
@@ -96,6 +97,16 @@ def open_trial(study: optuna.Study, trial_id: int) -> optuna.Trial:
     way to reopen a trial by id, and `Trial(study, trial_id)` is what `ask` itself returns. If it breaks, the
     worker could call `study.ask()` on a WAITING trial the driver enqueued instead."""
     return optuna.Trial(study, trial_id)
+
+
+def latest_trial(trial: optuna.Trial) -> optuna.trial.FrozenTrial:
+    """`trial` as a pruner's `prune` sees it, its intermediate values included: Optuna's own
+    `Trial._get_latest_trial()` (what `Trial.should_prune` passes), else, if that method goes (Optuna marks it
+    for removal), the storage's copy of the trial."""
+    get_latest = getattr(trial, "_get_latest_trial", None)
+    if get_latest is not None:
+        return get_latest()
+    return storage_of(trial.study).get_trial(trial_id(trial))
 
 
 def heartbeat_interval(storage: optuna.storages.BaseStorage) -> float | None:

@@ -16,7 +16,7 @@ Defaults (each can be overridden):
   that guess is wrong.
 - sampler: `optuna.samplers.TPESampler(seed=seed)`; a function `seed -> sampler` is called once with `seed`.
   Every trial samples with a copy of the study's sampler whose random state is seeded from `seed`, the study and
-  the trial number (what the sampler built from its seed, e.g. a grid's order, is the study's); pruner: `tlsearch.pruners.KFoldPruner()` (prunes between
+  the trial number (what the sampler built from its seed, e.g. a grid's order, is the study's); pruner: `tlsearch.cv.KFoldPruner()` (prunes between
   folds), or none for multi-objective studies, which Optuna cannot prune.
 """
 
@@ -35,15 +35,14 @@ from typing import Any
 
 import optuna
 
-from tlsearch import _optuna_compat as compat
 from tlsearch import spaces
 from tlsearch._text import name_problem
-from tlsearch.cv import AutoKFold, Holdout
-from tlsearch.errors import TLSearchError
+from tlsearch.cv._evaluate import AutoKFold, Holdout
+from tlsearch.cv._pruners import KFoldPruner
+from tlsearch.errors import StudyFileError, StudySpecError
 from tlsearch.models import CustomLoop, KerasModel, ModelKind, SklearnModel
+from tlsearch.models._checks import is_int, require
 from tlsearch.models._keras_metrics import keras_metric_direction
-from tlsearch.pruners import KFoldPruner
-from tlsearch.spec_checks import StudySpecError, is_int, require
 
 __all__ = [
     "CustomLoop",
@@ -76,10 +75,6 @@ _MINIMIZED_NAMES = {
 }
 
 
-class StudyFileError(TLSearchError):
-    """A study file that is missing, fails to import, or defines no StudySpec named `study`."""
-
-
 @dataclass
 class StudySpec:
     """Everything a study declares. Validated on construction; see the module docstring for the defaults.
@@ -88,9 +83,11 @@ class StudySpec:
     trial_timeout (seconds) fails a trial that runs longer as TrialTimeout and restarts its worker.
     retries is how many times the dispatcher re-runs a trial lost to an infrastructure failure.
     fold_parallel="auto" runs a trial's folds as several tasks when workers would otherwise sit idle (fewer
-    trials left in the budget than workers; see tlsearch.fold_tasks); False always runs one task per trial.
-    After construction `metrics` and `directions` are tuples (one entry per objective), `direction` is the
-    single direction (None for multi-objective), `cv` is a splitter, and `sampler` and `pruner` are set.
+    trials left in the budget than workers; see tlsearch.execution._fold_tasks); False always runs one task per trial.
+    The fields keep what the study file gave (`dataclasses.replace(spec, n_trials=5)` is a new, checked spec);
+    what they resolve to is computed once, on construction, into the attributes ending in `_`, as scikit-learn's
+    fitted attributes: `cv_` the splitter (the holdout wrap included), `directions_` one direction per objective,
+    `sampler_` and `pruner_` the study's; `metrics` holds one metric per objective.
     """
 
     name: str
@@ -113,7 +110,11 @@ class StudySpec:
     keep_predictions: bool = False
     fold_parallel: str | bool = "auto"
     callbacks: Sequence[Callable[[optuna.Study, optuna.trial.FrozenTrial], None]] = ()
-    metrics: tuple = field(init=False, repr=False)
+    metrics: tuple = field(init=False, repr=False, compare=False)
+    cv_: Any = field(init=False, repr=False, compare=False)
+    directions_: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    sampler_: optuna.samplers.BaseSampler = field(init=False, repr=False, compare=False)
+    pruner_: optuna.pruners.BasePruner = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         problem = name_problem(self.name)
@@ -173,36 +174,27 @@ class StudySpec:
             "StudySpec.callbacks",
             f"must be a list of functions (study, frozen_trial) -> None, got {self.callbacks!r}",
         )
-        self.callbacks = tuple(self.callbacks)
-        self.cv = _resolve_cv(self.cv)
+        self.cv_ = _resolve_cv(self.cv)
         if self.holdout is not None:
             require(
                 isinstance(self.holdout, float) and 0 < self.holdout < 0.5,
                 "StudySpec.holdout",
                 f"must be a fraction of the rows between 0 and 0.5, got {self.holdout!r}",
             )
-            self.cv = Holdout(self.cv, self.holdout, random_state=self.seed)
+            self.cv_ = Holdout(self.cv_, self.holdout, random_state=self.seed)
         self.metrics = _resolve_metrics(self.metric, self.model)
-        self.directions = _resolve_directions(self.direction, self.directions, self.metrics, self.model)
-        self.direction = self.directions[0] if len(self.directions) == 1 else None
-        if self.sampler is None:
-            self.sampler = optuna.samplers.TPESampler(seed=self.seed)
-        elif callable(self.sampler) and not isinstance(self.sampler, optuna.samplers.BaseSampler):
-            self.sampler = self.sampler(self.seed)
+        self.directions_ = _resolve_directions(self.direction, self.directions, self.metrics, self.model)
+        self.sampler_ = _resolve_sampler(self.sampler, self.seed)
+        self.pruner_ = self.pruner
+        if self.pruner_ is None:
+            self.pruner_ = KFoldPruner() if len(self.directions_) == 1 else optuna.pruners.NopPruner()
         require(
-            isinstance(self.sampler, optuna.samplers.BaseSampler),
-            "StudySpec.sampler",
-            f"must be an Optuna sampler or a function seed -> sampler, got {type(self.sampler).__name__}",
-        )
-        if self.pruner is None:
-            self.pruner = KFoldPruner() if len(self.directions) == 1 else optuna.pruners.NopPruner()
-        require(
-            isinstance(self.pruner, optuna.pruners.BasePruner),
+            isinstance(self.pruner_, optuna.pruners.BasePruner),
             "StudySpec.pruner",
-            f"must be an Optuna pruner, got {type(self.pruner).__name__}",
+            f"must be an Optuna pruner, got {type(self.pruner_).__name__}",
         )
         require(
-            len(self.directions) == 1 or isinstance(self.pruner, optuna.pruners.NopPruner),
+            len(self.directions_) == 1 or isinstance(self.pruner_, optuna.pruners.NopPruner),
             "StudySpec.pruner",
             "Optuna cannot prune multi-objective studies: leave pruner unset or use NopPruner()",
         )
@@ -214,25 +206,7 @@ class StudySpec:
 
     @property
     def is_multi_objective(self) -> bool:
-        return len(self.directions) > 1
-
-    def run_callbacks(self, study: optuna.Study, trial_id: int) -> None:
-        """Call `callbacks` with the trial just recorded (its cv_results_ user attributes included), as
-        `Study.optimize` does; a callback that raises is logged as a warning, and the study goes on."""
-        if not self.callbacks:
-            return
-        trial = compat.storage_of(study).get_trial(trial_id)
-        for callback in self.callbacks:
-            try:
-                callback(study, trial)
-            except Exception as error:  # noqa: BLE001 - a tracking server down must not stop the study
-                log.warning(
-                    "callback %s failed on trial %d: %s: %s",
-                    getattr(callback, "__name__", type(callback).__name__),
-                    trial.number,
-                    type(error).__name__,
-                    error,
-                )
+        return len(self.directions_) > 1
 
 
 EXAMPLE_PREFIX = "example:"
@@ -240,7 +214,7 @@ EXAMPLE_PREFIX = "example:"
 
 def examples() -> dict[str, Path]:
     """The example study files shipped with tlsearch, by name (file stem)."""
-    folder = Path(__file__).parent / "examples"
+    folder = Path(__file__).parents[1] / "examples"  # tlsearch/examples
     return {file.stem: file for file in sorted(folder.glob("*.py")) if not file.name.startswith("_")}
 
 
@@ -358,6 +332,19 @@ def _metric_name(metric: Any, model: Any) -> str:
         return metric
     score_func = getattr(metric, "_score_func", None)  # a scikit-learn scorer made by make_scorer
     return getattr(score_func or metric, "__name__", type(metric).__name__)
+
+
+def _resolve_sampler(sampler: Any, seed: int) -> optuna.samplers.BaseSampler:
+    if sampler is None:
+        sampler = optuna.samplers.TPESampler(seed=seed)
+    elif callable(sampler) and not isinstance(sampler, optuna.samplers.BaseSampler):
+        sampler = sampler(seed)
+    require(
+        isinstance(sampler, optuna.samplers.BaseSampler),
+        "StudySpec.sampler",
+        f"must be an Optuna sampler or a function seed -> sampler, got {type(sampler).__name__}",
+    )
+    return sampler
 
 
 def _resolve_directions(direction: Any, directions: Any, metrics: tuple, model: Any) -> tuple[str, ...]:

@@ -13,18 +13,27 @@ import logging
 import os
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import optuna
 
-from tlsearch import _optuna_compat as compat
-from tlsearch import cluster, spaces, study_attrs, study_files
+from tlsearch import spaces
+from tlsearch._compat import optuna as compat
 from tlsearch.config import Settings
 from tlsearch.data import HostCache, ensure_dataset, fold_plan_for
-from tlsearch.dispatcher import DONE, EXIT_CODES, NOTHING_TO_DO, Budget, Dispatcher
-from tlsearch.driver_guards import DriverLock, Interrupts
 from tlsearch.errors import TLSearchError
-from tlsearch.retries import fail_abandoned_trials
-from tlsearch.stores import Stores, check_study_name
+from tlsearch.execution import _cluster as cluster
+from tlsearch.execution._dispatcher import DONE, EXIT_CODES, NOTHING_TO_DO, Budget, Dispatcher
+from tlsearch.execution._guards import DriverLock, Interrupts
+from tlsearch.execution._retries import fail_abandoned_trials
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.stores import _study_files as study_files
+from tlsearch.stores._stores import Stores, check_study_name
+
+if TYPE_CHECKING:
+    import distributed
+
+    from tlsearch.spec import StudySpec
 
 log = logging.getLogger(__name__)
 
@@ -47,60 +56,124 @@ class RunResult:
         )
 
 
-def run(spec, **options) -> optuna.Study:
-    """Run the study `spec` until `n_trials` trials are complete or pruned in total (counting those
-    already in the store), `timeout` seconds pass, or `tlsearch stop` asks it to; return the study.
-    The options are `drive`'s; call it under `if __name__ == "__main__":` in a script."""
-    return drive(spec, **options).study
-
-
-# The keywords `drive` takes one by one, by the object they make up.
-_WHERE = ("mongo", "database", "home")
-_CLUSTER = tuple(field.name for field in dataclasses.fields(cluster.ClusterOptions))
-_BUDGET = tuple(field.name for field in dataclasses.fields(Budget))
-
-
-def drive(
-    spec,
+def run(
+    spec: StudySpec,
     *,
+    mongo: str | None = None,
+    database: str | None = None,
+    home: str | os.PathLike | None = None,
     settings: Settings | None = None,
     stores: Stores | None = None,
-    cluster_options: cluster.ClusterOptions | None = None,
-    budget: Budget | None = None,
+    client: distributed.Client | None = None,
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    security: distributed.Security | None = None,
+    n_trials: int | None = None,
+    timeout: float | None = None,
+    parallelism: int | None = None,
+    trial_timeout: float | None = None,
     name: str | None = None,
     study_file: str | os.PathLike | None = None,
     progress: str = "auto",
     resume: bool = False,
-    **options,
-) -> RunResult:
-    """`run`, returning why the run ended as well.
+) -> optuna.Study:
+    """Run the study `spec` until `n_trials` trials are complete or pruned in total (counting those already in
+    the store), `timeout` seconds pass, or `tlsearch stop` asks it to; return the study. Call it under
+    `if __name__ == "__main__":` in a script. `drive` takes the same arguments and also says why the run ended.
 
-    Where: `settings` (`tlsearch.Settings`; default: `Settings.resolve(mongo=, database=, home=)` of those
-    keywords, over the environment and the config file) select the stores, MongoDB or the embedded default;
-    `stores` gives them fully instead. The cluster: `cluster_options`, or the keywords `client`, `scheduler`,
-    `n_workers`, `security` (`tlsearch.cluster.ClusterOptions`; with none of them, the settings' scheduler and
-    TLS files, else a LocalCluster on 127.0.0.1). The budget: `budget`, or the keywords `n_trials`, `timeout`,
-    `parallelism` (`Budget`; n_trials and timeout default to the study's). `resume=True` requires the study to
-    exist. Trials a dead driver left RUNNING are failed and retried (at start and every heartbeat interval).
-    Ctrl-C stops starting trials and waits for running ones; a second Ctrl-C fails them. SIGTERM and the end of
-    `timeout` stop starting trials too, and fail those still running STOP_GRACE seconds later (their retries
-    wait for the next resume); `trial_timeout` fails a trial that runs longer and restarts its worker. Bad options
-    raise before any study is created.
+    Args:
+        spec: The study to run (`tlsearch.StudySpec`, e.g. from `tlsearch.load_study_file`).
+        mongo: The MongoDB URI of the stores; default: the settings' (config file, `TLSEARCH_MONGO`), else the
+            embedded default (a journal file and local folders under `home`).
+        database: The MongoDB database; default: the settings'.
+        home: The embedded default's folder; default: the settings'.
+        settings: `tlsearch.Settings` resolved already, instead of `mongo`, `database` and `home` (giving both
+            is a TypeError); also the default scheduler and TLS files.
+        stores: The stores opened already (`tlsearch.stores.Stores`), instead of those the settings select.
+        client: A Dask client to run the trials on, as given.
+        scheduler: The address of a Dask scheduler to connect to (when no `client`).
+        n_workers: The worker processes of a new LocalCluster on 127.0.0.1 (default: one per core), when no
+            `client`, `scheduler` or settings' scheduler.
+        security: Dask TLS (`tlsearch.execution.tls_security`); default: the settings' TLS files.
+        n_trials: The trials to finish in total; default: the study's.
+        timeout: Seconds after which no trial starts and running ones are failed STOP_GRACE seconds later (their
+            retries wait for the next resume); default: the study's.
+        parallelism: Trials in flight at once; default: the cluster's capacity.
+        trial_timeout: Seconds a trial may run before it fails and its worker restarts; default: the study's.
+        name: The study's name in the store; default: `spec.name`.
+        study_file: The file `spec` came from, recorded with the study so `tlsearch resume` finds it.
+        progress: "auto" (a bar on a terminal, else log lines), "bar", "log" or "off".
+        resume: Require the study to exist already.
+
+    Returns:
+        The `optuna.Study`, as the store holds it when the run ends.
+
+    Raises:
+        TLSearchError: Bad options (before any study is created), or a study that cannot run.
+    """
+    return drive(
+        spec,
+        mongo=mongo,
+        database=database,
+        home=home,
+        settings=settings,
+        stores=stores,
+        client=client,
+        scheduler=scheduler,
+        n_workers=n_workers,
+        security=security,
+        n_trials=n_trials,
+        timeout=timeout,
+        parallelism=parallelism,
+        trial_timeout=trial_timeout,
+        name=name,
+        study_file=study_file,
+        progress=progress,
+        resume=resume,
+    ).study
+
+
+def drive(
+    spec: StudySpec,
+    *,
+    mongo: str | None = None,
+    database: str | None = None,
+    home: str | os.PathLike | None = None,
+    settings: Settings | None = None,
+    stores: Stores | None = None,
+    client: distributed.Client | None = None,
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    security: distributed.Security | None = None,
+    n_trials: int | None = None,
+    timeout: float | None = None,
+    parallelism: int | None = None,
+    trial_timeout: float | None = None,
+    name: str | None = None,
+    study_file: str | os.PathLike | None = None,
+    progress: str = "auto",
+    resume: bool = False,
+) -> RunResult:
+    """`run`, returning why the run ended as well (`RunResult`); the arguments are `run`'s.
+
+    Trials a dead driver left RUNNING are failed and retried (at start and every heartbeat interval). Ctrl-C
+    stops starting trials and waits for running ones; a second Ctrl-C fails them. SIGTERM and the end of
+    `timeout` stop starting trials too, and fail those still running STOP_GRACE seconds later;
+    `trial_timeout` fails a trial that runs longer and restarts its worker. Bad options raise before any
+    study is created.
     """
     _refuse_spawned_import()
-    settings = _grouped(options, _WHERE, settings, "settings", lambda **where: Settings.resolve(**where))
+    if settings is not None and (mongo, database, home) != (None, None, None):
+        raise TypeError("give settings= or mongo=, database=, home=, not both")
+    settings = settings or Settings.resolve(mongo=mongo, database=database, home=home)
     stores = stores or Stores.of(settings)
-    where = _grouped(options, _CLUSTER, cluster_options, "cluster_options", cluster.ClusterOptions)
-    where = _with_settings(where, settings)
-    budget = _grouped(options, _BUDGET, budget, "budget", Budget)
-    budget = dataclasses.replace(
-        budget,
-        n_trials=budget.n_trials if budget.n_trials is not None else spec.n_trials,
-        timeout=budget.timeout if budget.timeout is not None else spec.timeout,
-        trial_timeout=budget.trial_timeout if budget.trial_timeout is not None else spec.trial_timeout,
+    where = _with_settings(cluster.ClusterOptions(client, scheduler, n_workers, security), settings)
+    budget = Budget(
+        n_trials=n_trials if n_trials is not None else spec.n_trials,
+        timeout=timeout if timeout is not None else spec.timeout,
+        parallelism=parallelism,
+        trial_timeout=trial_timeout if trial_timeout is not None else spec.trial_timeout,
     )
-    if options:
-        raise TypeError(f"drive() got unexpected keyword argument(s): {', '.join(sorted(options))}")
     name = check_study_name(name or spec.name)
     _check_budget(budget, where.n_workers if where.is_local else None)
     spaces.check_space(spec.space, name)
@@ -118,14 +191,6 @@ def drive(
                 cluster.check_stores_reachable(dask_client, stores)
                 dispatcher = Dispatcher(study, spec, stores, dataset_ref, dask_client, budget, progress, interrupts)
                 return RunResult(study, *dispatcher.run())
-
-
-def _grouped(options: dict, names: tuple[str, ...], given, keyword: str, make):
-    """`given`, or the object `make` builds from the keywords `names` taken out of `options`; both is an error."""
-    values = {name: options.pop(name) for name in names if name in options}
-    if given is not None and values:
-        raise TypeError(f"give {keyword}= or {', '.join(f'{name}=' for name in values)}, not both")
-    return given if given is not None else make(**values)
 
 
 def _with_settings(where: cluster.ClusterOptions, settings: Settings) -> cluster.ClusterOptions:
@@ -177,9 +242,9 @@ def _open_study(spec, stores: Stores, name: str, resume: bool) -> tuple[optuna.S
         study = optuna.create_study(
             storage=storage,
             study_name=name,
-            directions=list(spec.directions),
-            sampler=spec.sampler,
-            pruner=spec.pruner,
+            directions=list(spec.directions_),
+            sampler=spec.sampler_,
+            pruner=spec.pruner_,
             load_if_exists=True,
         )
     finally:
@@ -209,7 +274,7 @@ def _study_exists(storage, name: str) -> bool:
 
 def _bind_study(study: optuna.Study, spec, stores: Stores, study_file) -> str:
     """Check the study's directions, bind it to its dataset and fold plan; the dataset's ref."""
-    name, directions = study.study_name, list(spec.directions)
+    name, directions = study.study_name, list(spec.directions_)
     if [d.name.lower() for d in study.directions] != [str(d).lower() for d in directions]:
         raise TLSearchError(
             f"study {name!r} optimizes {[d.name.lower() for d in study.directions]}, "
@@ -221,7 +286,7 @@ def _bind_study(study: optuna.Study, spec, stores: Stores, study_file) -> str:
     attrs = study_attrs.read(study)
     if study_attrs.FOLD_PLAN not in attrs:
         dataset = HostCache().open(store, dataset_ref)
-        plan = fold_plan_for(store, dataset, spec.cv)
+        plan = fold_plan_for(store, dataset, spec.cv_)
         for key, value in (
             (study_attrs.DATASET_REF, dataset_ref),
             (study_attrs.DATASET_HASH, info.hash),
@@ -236,7 +301,7 @@ def _bind_study(study: optuna.Study, spec, stores: Stores, study_file) -> str:
                 f"(sha256 {info.hash[:12]}): name the original version in the study file "
                 f"(dataset={attrs[study_attrs.DATASET_REF]!r}) or start a new study with --name"
             )
-        store.get_fold_plan(attrs[study_attrs.FOLD_PLAN]).check_matches(info, spec.cv)
+        store.get_fold_plan(attrs[study_attrs.FOLD_PLAN]).check_matches(info, spec.cv_)
         dataset_ref = attrs[study_attrs.DATASET_REF]
     with warnings.catch_warnings():  # experimental in Optuna 5; names the value in reports and the dashboard
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

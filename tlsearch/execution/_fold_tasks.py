@@ -15,10 +15,11 @@ import distributed
 import optuna
 from optuna.trial import TrialState
 
-from tlsearch import _optuna_compat as compat
-from tlsearch import cv, spaces
+from tlsearch import spaces
+from tlsearch._compat import optuna as compat
+from tlsearch.cv import _evaluate as cv
+from tlsearch.execution._trial_task import TrialOutcome, open_trial
 from tlsearch.models import FoldResult
-from tlsearch.trial_task import TrialOutcome, open_trial
 
 log = logging.getLogger(__name__)
 

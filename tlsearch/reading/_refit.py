@@ -21,16 +21,18 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from tlsearch import spaces, study_attrs, study_files
+from tlsearch import spaces
 from tlsearch._files import write_file_with
-from tlsearch.cv import Holdout
+from tlsearch.cv._evaluate import Holdout
 from tlsearch.data import HostCache
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import TLSearchError, UnsafeModelError
 from tlsearch.models import describe_target, import_keras
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.reading._trials_table import number_attr
 from tlsearch.seeds import derive_seed
-from tlsearch.stores import Stores, check_study_name
-from tlsearch.study import load_study_file
-from tlsearch.trials_table import number_attr
+from tlsearch.spec._spec import load_study_file
+from tlsearch.stores import _study_files as study_files
+from tlsearch.stores._stores import Stores, check_study_name
 
 ATTR_REFIT = "tlsearch:refit"
 # What a scikit-learn model file may hold beyond skops' own trusted types (estimators, transformers and plain
@@ -58,10 +60,6 @@ TRUSTED_SKLEARN_TYPES = frozenset(
 )
 _MODEL_FORMATS = {"keras": ".keras", "skops": ".skops"}
 _ARTIFACT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-class UnsafeModelError(TLSearchError):
-    """A model file that was changed since it was saved, or that holds code-carrying types."""
 
 
 @dataclass(frozen=True)
@@ -282,9 +280,9 @@ def _fit(spec, params: dict, arrays) -> tuple[object, float | None]:
     X, y, weights = arrays["X"], arrays["y"], arrays.get("sample_weight")
     trainer = spec.model.trainer(spec, arrays)
     seed = derive_seed(spec.seed, spec.name, "full")  # distinct from every fold's
-    if not isinstance(spec.cv, Holdout):
+    if not isinstance(spec.cv_, Holdout):
         return trainer.fit_full(params, X, y, weights, seed), None
-    train, test = spec.cv.partition(X, y)
+    train, test = spec.cv_.partition(X, y)
     model = trainer.fit_full(params, X[train], y[train], None if weights is None else weights[train], seed)
     score = getattr(trainer, "score", None)
     return model, None if score is None else score(model, X[test], y[test])[0]

@@ -18,15 +18,12 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from tlsearch import _optuna_compat as compat
-from tlsearch import _pickling, cv
+from tlsearch import _pickling
+from tlsearch._compat import optuna as compat
+from tlsearch.cv import _evaluate as cv
 from tlsearch.data import Folds, HostCache
-from tlsearch.errors import TLSearchError
-from tlsearch.stores import Stores
-
-
-class DatasetChangedError(TLSearchError):
-    """The dataset a running study is bound to no longer holds the content the study was bound to."""
+from tlsearch.errors import DatasetChangedError
+from tlsearch.stores._stores import Stores
 
 
 @dataclass(frozen=True)
@@ -40,7 +37,7 @@ class TrialJob:
     dataset_hash: str
     fold_plan_hash: str
     seed: int  # the trial's sampler seed
-    folds: tuple[int, ...] = ()  # the folds this task trains when its trial runs split (tlsearch.fold_tasks)
+    folds: tuple[int, ...] = ()  # the folds this task trains when its trial runs split (tlsearch.execution._fold_tasks)
 
 
 @dataclass(frozen=True)
@@ -107,7 +104,7 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
         return TrialOutcome(
             TrialState.FAIL,
             error=cv.describe_failure(error),
-            retryable=cv.is_infrastructure_error(error),
+            retryable=cv.is_retryable(error),
             worker=worker,
             seconds=time.perf_counter() - started,
         )
@@ -117,7 +114,7 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
 
 def _placement(worker: str) -> dict[str, str]:
     """Where this trial runs, for its user attributes: the worker (host:pid) and, on a GPU worker (see
-    tlsearch.cluster.worker_specs), the GPU it is pinned to."""
+    tlsearch.execution._cluster.worker_specs), the GPU it is pinned to."""
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     return {"worker": worker, "gpu": gpu} if gpu.strip() not in ("", "-1") else {"worker": worker}
 
@@ -128,10 +125,10 @@ def open_trial(spec, storage, study_name: str, trial_id: int, seed: int) -> optu
     The study object is new for every trial: Optuna's `Study` caches the study's trials per thread for its
     sampler and empties that cache only in `ask`, which runs in the driver, so a study object kept across
     trials would show every later trial the history as it was at the first. The sampler is the study's
-    (`spec.sampler`, the one whose `before_trial` started the trial in the driver) with its random state
+    (`spec.sampler_`, the one whose `before_trial` started the trial in the driver) with its random state
     seeded from `seed`: a grid's order or a QMC sequence comes from the study, each trial's draws from its seed."""
-    sampler = compat.seeded_copy(spec.sampler, seed)
-    study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler, pruner=spec.pruner)
+    sampler = compat.seeded_copy(spec.sampler_, seed)
+    study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler, pruner=spec.pruner_)
     return compat.open_trial(study, trial_id)
 
 

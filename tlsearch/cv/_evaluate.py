@@ -6,8 +6,8 @@ like scikit-learn's cv_results_ (single objective):
     std_train_score (with return_train_score), split{k}_fit_time, mean_fit_time, std_fit_time,
     split{k}_score_time, mean_score_time, std_score_time, split{k}_n_epochs (Keras, custom loops),
     split{k}_curve (custom loops), n_splits, n_folds_run, dataset_hash, fold_plan_hash, and on a pruned trial
-    prune_reason (a dict: the fold, the gap, the tolerance, the reference trial; see tlsearch.pruners); a trial
-    whose folds ran as several tasks (tlsearch.fold_tasks) adds fold_tasks and split{k}_worker.
+    prune_reason (a dict: the fold, the gap, the tolerance, the reference trial; see tlsearch.cv._pruners); a trial
+    whose folds ran as several tasks (tlsearch.execution._fold_tasks) adds fold_tasks and split{k}_worker.
 Multi-objective studies name scores by metric as scikit-learn's multi-metric cv_results_ does:
 split{k}_test_{metric}, mean_test_{metric}, std_test_{metric}, ... Standard deviations use ddof=0, like
 scikit-learn. A pruned trial keeps the attributes of the folds it ran; its means cover those folds.
@@ -24,13 +24,15 @@ import optuna
 from sklearn.model_selection import GroupKFold, KFold, StratifiedGroupKFold, StratifiedKFold
 from sklearn.model_selection._split import BaseCrossValidator
 
-from tlsearch import _optuna_compat as compat
-from tlsearch import pruners, spaces
+from tlsearch import spaces
+from tlsearch._compat import optuna as compat
+from tlsearch.cv import _pruners as pruners
+from tlsearch.cv._pruners import describe as describe_pruning
+from tlsearch.cv._pruners import prune_decision
 from tlsearch.data import Fold as DataFold
 from tlsearch.data import Folds
-from tlsearch.models import Fold, FoldResult, FoldTrainer, NonFiniteScoreError, SpecView, is_class_labels
-from tlsearch.pruners import describe as describe_pruning
-from tlsearch.pruners import prune_decision
+from tlsearch.errors import FatalTrialError, NonFiniteScoreError, RetryableTrialError
+from tlsearch.models import Fold, FoldResult, FoldTrainer, SpecView, is_class_labels
 from tlsearch.seeds import derive_seed
 
 _INFRASTRUCTURE_ERRORS = {
@@ -135,9 +137,9 @@ def evaluate(
     splitters yield them, gathered in index order as cross_validate does. After fold k the trial reports, at
     step k, the running mean of
     the first k+1 fold scores (the fold score itself when the study's pruner is Optuna's WilcoxonPruner),
-    then asks the study's pruner and, if told to, stores why as `prune_reason` (tlsearch.pruners.prune_decision)
+    then asks the study's pruner and, if told to, stores why as `prune_reason` (tlsearch.cv.prune_decision)
     and raises optuna.TrialPruned; a KFoldPruner with an epoch schedule may also stop a Keras trial inside a
-    fold (tlsearch.pruners.epoch_hook), its partial fold then left out of the results. Multi-objective trials report
+    fold (tlsearch.cv.epoch_hook), its partial fold then left out of the results. Multi-objective trials report
     nothing (Optuna cannot prune them). Errors from the space, the model or training propagate unchanged.
     With `spec.keep_predictions` and an `artifact_store`, each fold's validation predictions are kept as a
     trial artifact `predictions.npz` (`fold{k}_index`: dataset rows, `fold{k}_predictions`).
@@ -369,13 +371,34 @@ def describe_failure(exc: BaseException) -> dict[str, Any]:
     description: dict[str, Any] = {
         "error_type": name,
         "error_message": _truncate(str(exc), 2000),
-        "error_retryable": is_infrastructure_error(exc),
+        "error_retryable": is_retryable(exc),
     }
     if exc.__traceback__ is not None:
         description["error_traceback"] = _truncate(
             "".join(traceback.format_exception(cls, exc, exc.__traceback__)), 4000, keep="end"
         )
     return description
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether a trial that failed with `exc` is retried: as the model's code marked it (a RetryableTrialError
+    or FatalTrialError in the cause chain, the outermost first), else as `is_infrastructure_error` says."""
+    for current in _cause_chain(exc):
+        if isinstance(current, (RetryableTrialError, FatalTrialError)):
+            return isinstance(current, RetryableTrialError)
+    return is_infrastructure_error(exc)
+
+
+def _cause_chain(exc: BaseException) -> list[BaseException]:
+    """`exc`, then what it was raised from or while handling, outermost first, each once."""
+    chain: list[BaseException] = []
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if current is not None and all(current is not seen for seen in chain):
+            chain.append(current)
+            pending += [current.__cause__, current.__context__]
+    return chain
 
 
 def is_infrastructure_error(exc: BaseException) -> bool:

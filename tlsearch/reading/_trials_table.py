@@ -13,12 +13,12 @@ from collections import Counter
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tlsearch import study_attrs
 from tlsearch._files import write_file_with
 from tlsearch._text import csv_cell, printable
+from tlsearch.cv._pruners import describe as describe_prune_reason
 from tlsearch.errors import TLSearchError
-from tlsearch.pruners import describe as describe_prune_reason
-from tlsearch.stores import Stores
+from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.stores._stores import Stores
 
 _SPLIT = re.compile(r"^split(\d+)_test_score$")
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def _is_number(value: object) -> bool:
 
 
 def fold_scores(trial: FrozenTrial) -> dict[int, float]:
-    """The trial's validation score per fold number, in fold order (a pruned trial lacks its later folds)."""
+    """The trial's validation score per fold index, in fold order (a pruned trial lacks its later folds)."""
     folds = sorted(
         (int(m.group(1)), value)
         for key, value in trial.user_attrs.items()
@@ -69,10 +69,6 @@ def trial_row(trial: FrozenTrial) -> dict:
     if trial.state == TrialState.FAIL and "error_type" in attrs:
         row["error"] = f"{attrs['error_type']}: {attrs.get('error_message', '')}"
     return row
-
-
-def trial_rows(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list[dict]:
-    return [trial_row(t) for t in study.get_trials(deepcopy=False, states=states)]
 
 
 # scikit-learn's cv_results_ order; the split columns go after these.

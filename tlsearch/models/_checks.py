@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tlsearch.errors import TLSearchError
-
-
-class StudySpecError(TLSearchError, ValueError):
-    """A StudySpec field with a bad value; the message names the field."""
+from tlsearch.errors import StudySpecError
 
 
 def require(condition: bool, field_name: str, message: str) -> None:

@@ -20,19 +20,14 @@ from optuna.artifacts.exceptions import ArtifactNotFound
 
 from tlsearch._renamed import renamed_keywords
 from tlsearch.config import database_name
-from tlsearch.mongo import (
-    UPLOADING,
-    GridFSDamagedError,
-    connect,
-    read_gridfs_chunks,
-    write_gridfs_file,
-)
+from tlsearch.errors import GridFSDamagedError
+from tlsearch.mongo import UPLOADING, connect, read_gridfs_chunks, write_gridfs_file
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection
     from pymongo.database import Database
 
-    from tlsearch._optuna_compat import ArtifactStore
+    from tlsearch._compat.optuna import ArtifactStore
 
 __all__ = ["MongoArtifactStore", "open_artifact_store"]
 
@@ -49,7 +44,7 @@ class MongoArtifactStore:
     batches, so no artifact is ever held whole in memory. Re-writing an id uploads the new file completely
     before deleting the old one, so a reader gets the old bytes or the new bytes, never a mix (a reader that
     is mid-way through a file deleted under it fails with `CorruptGridFile` rather than return short data).
-    Built from a URL, the store pickles to its settings and reconnects lazily (for Dask workers);
+    Built from a URI, the store pickles to its settings and reconnects lazily (for Dask workers);
     built from a `MongoClient`, it uses that client and cannot be pickled.
     """
 
@@ -98,14 +93,14 @@ class MongoArtifactStore:
     # -- connection
 
     def close(self) -> None:
-        """Close the client if this store opened it (built from a URL); a later call reconnects."""
+        """Close the client if this store opened it (built from a URI); a later call reconnects."""
         if self._uri is not None and self._client is not None:
             self._client.close()
             self._client = None
 
     def __getstate__(self) -> dict[str, Any]:
         if self._uri is None:
-            raise TypeError("a MongoArtifactStore built from a MongoClient cannot be pickled; build it from a URL")
+            raise TypeError("a MongoArtifactStore built from a MongoClient cannot be pickled; build it from a URI")
         return {**self.__dict__, "_client": None, "_connect_lock": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

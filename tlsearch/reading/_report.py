@@ -22,9 +22,9 @@ from optuna.importance import BaseImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
 from tlsearch._files import write_file
+from tlsearch.cv._pruners import describe as describe_prune_reason
 from tlsearch.errors import TLSearchError
-from tlsearch.pruners import describe as describe_prune_reason
-from tlsearch.report_page import (
+from tlsearch.reading._report_page import (
     Section,
     fmt,
     fmt_duration,
@@ -33,8 +33,8 @@ from tlsearch.report_page import (
     objective_names,
     render_page,
 )
-from tlsearch.report_png import export_pngs
-from tlsearch.trials_table import fold_scores, number_attr
+from tlsearch.reading._report_png import export_pngs
+from tlsearch.reading._trials_table import fold_scores, number_attr
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -1,0 +1,1 @@
+"""The private parts of upstream libraries tlsearch relies on, one module per upstream; nothing else touches them."""
