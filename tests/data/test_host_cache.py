@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import time
 
 import numpy as np
 import pytest
@@ -123,6 +122,14 @@ def test_a_partial_or_wrong_download_never_becomes_visible(store, cache, mode, e
         assert dataset["X"].shape == (500, 5)
 
 
+def _age_uses(cache: HostCache) -> None:
+    """Move every recorded last use 10 s into the past, so the next open is the most recent use whatever the
+    file system's timestamp resolution (an open records its use by touching the dataset's `.use` file)."""
+    for use in (cache.root / "locks").glob("*.use"):
+        stat = use.stat()
+        os.utime(use, ns=(stat.st_atime_ns, stat.st_mtime_ns - 10**10))
+
+
 def test_lru_eviction_skips_datasets_that_are_open(store, tmp_path):
     for seed in range(4):
         store.push(f"d{seed}", make_arrays(n_rows=1000, seed=seed))
@@ -132,19 +139,19 @@ def test_lru_eviction_skips_datasets_that_are_open(store, tmp_path):
     cache = HostCache(tmp_path / "bounded", max_bytes=int(2.5 * size))
 
     cache.open(store, "d0").close()
-    time.sleep(0.05)
+    _age_uses(cache)
     cache.open(store, "d1").close()
-    time.sleep(0.05)
+    _age_uses(cache)
     cache.open(store, "d0").close()  # d0 used more recently than d1
-    time.sleep(0.05)
+    _age_uses(cache)
     cache.open(store, "d2").close()  # over the bound: d1 goes
     names = {store.info(f"d{i}").hash: f"d{i}" for i in range(4)}
     assert sorted(names[e.hash] for e in cache.entries()) == ["d0", "d2"]
 
     held = cache.open(store, "d0")
-    time.sleep(0.05)
+    _age_uses(cache)
     cache.open(store, "d2").close()
-    time.sleep(0.05)
+    _age_uses(cache)
     cache.open(store, "d3").close()  # d0 is least recent but open: d2 goes instead
     assert sorted(names[e.hash] for e in cache.entries()) == ["d0", "d3"]
     np.testing.assert_array_equal(held["X"], make_arrays(n_rows=1000, seed=0)["X"])
