@@ -59,6 +59,13 @@ def test_status_best_and_trials(local_study, capsys):
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert rows and {"split0_test_score", "split2_test_score", "mean_test_score", "params_max_depth"} <= set(rows[0])
 
+    assert main(["best", "iris-tree", "--home", str(home), "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)
+    assert main(["trials", "iris-tree", "--home", str(home), "--format", "json"]) == 0
+    by_number = {row["number"]: row for row in json.loads(capsys.readouterr().out)}
+    assert best and all(row == by_number[row["number"]] for row in best)  # the same fields, named alike
+    assert {"value_accuracy", "duration", "mean_test_score", "params_max_depth"} <= set(best[0])
+
 
 @pytest.mark.slow
 def test_errors_are_one_line_with_a_nonzero_exit(local_study, capsys):

@@ -146,9 +146,10 @@ def _best(args) -> int:
     from tlsearch.reading import _trials_table as trials_table
 
     study = _load(args)
-    if args.json:
-        best = [trials_table.trial_row(t) for t in _best_trials(study)]
-        print(trials_table.format_rows(best, "json"))
+    if args.json:  # the best trials' rows of `tlsearch trials --format json`: one naming for both
+        frame = trials_table.trials_frame(study)
+        best = frame[frame["number"].isin([t.number for t in _best_trials(study)])]
+        print(trials_table.format_frame(best, "json"))
     else:
         echo(trials_table.best_summary(study))
     return 0

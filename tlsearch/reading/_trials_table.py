@@ -51,26 +51,6 @@ def fold_scores(trial: FrozenTrial) -> dict[int, float]:
     return dict(folds)
 
 
-def trial_row(trial: FrozenTrial) -> dict:
-    """One trial as a flat dict: number, state, value(s), cv_results_-style scores, params, duration, error."""
-    row = {"number": trial.number, "state": trial.state.name}
-    if trial.values is not None and len(trial.values) > 1:
-        row.update({f"value_{i}": v for i, v in enumerate(trial.values)})
-    else:
-        row["value"] = trial.value
-    attrs = trial.user_attrs
-    for key in ("mean_test_score", "std_test_score"):
-        if key in attrs:
-            row[key] = number_attr(trial, key)
-    for k, score in fold_scores(trial).items():
-        row[f"split{k}_test_score"] = score
-    row.update({f"params_{name}": value for name, value in trial.params.items()})
-    row["duration_s"] = trial.duration.total_seconds() if trial.duration else None
-    if trial.state == TrialState.FAIL and "error_type" in attrs:
-        row["error"] = f"{attrs['error_type']}: {attrs.get('error_message', '')}"
-    return row
-
-
 # scikit-learn's cv_results_ order; the split columns go after these.
 _CV_COLUMNS = (
     "rank_test_score",
