@@ -120,3 +120,12 @@ def test_a_module_path_from_before_the_layout_by_layer_imports_with_a_warning_na
         module = __import__(old, fromlist=[name])
     assert getattr(module, name) is getattr(__import__(new, fromlist=[name]), name)
     assert name in dir(module)
+
+
+def test_the_data_fold_class_has_one_name_of_its_own_and_the_old_one_warns():
+    import tlsearch.data
+    import tlsearch.models
+
+    with pytest.warns(DeprecationWarning, match=r"^tlsearch\.data\.Fold is deprecated and removed in tlsearch 3\.0"):
+        old = tlsearch.data.Fold
+    assert old is tlsearch.data.FoldArrays and old is not tlsearch.models.Fold

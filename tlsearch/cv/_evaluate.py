@@ -29,8 +29,7 @@ from tlsearch._compat import optuna as compat
 from tlsearch.cv import _pruners as pruners
 from tlsearch.cv._pruners import describe as describe_pruning
 from tlsearch.cv._pruners import prune_decision
-from tlsearch.data import Fold as DataFold
-from tlsearch.data import Folds
+from tlsearch.data import FoldArrays, Folds
 from tlsearch.errors import FatalTrialError, NonFiniteScoreError, RetryableTrialError
 from tlsearch.models import Fold, FoldResult, FoldTrainer, SpecView, is_class_labels
 from tlsearch.seeds import derive_seed
@@ -276,7 +275,7 @@ def _keep_predictions(trial: optuna.Trial, artifact_store: Any, kept: dict[str, 
         optuna.artifacts.upload_artifact(artifact_store=artifact_store, file_path=str(path), study_or_trial=trial)
 
 
-def read_fold(rows: DataFold, seed: int, trial_number: int | None = None) -> Fold:
+def read_fold(rows: FoldArrays, seed: int, trial_number: int | None = None) -> Fold:
     """The trainer's view of one fold of the trial: its train and validation arrays, as `rows` holds them."""
     train, valid = rows.train, rows.validation
     return Fold(

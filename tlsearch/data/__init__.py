@@ -9,7 +9,7 @@ fold = dataset.fold(plan, 0)                        # fold.train["X"], fold.vali
 
 from tlsearch.data._cache import CacheEntry, HostCache
 from tlsearch.data._dataset import Dataset
-from tlsearch.data._fold_views import Fold, Folds
+from tlsearch.data._fold_views import FoldArrays, Folds
 from tlsearch.data._folds import FoldPlan, describe_splitter
 from tlsearch.data._hashing import hash_arrays
 from tlsearch.data._info import ARRAY_NAMES, DatasetInfo, parse_ref
@@ -41,7 +41,7 @@ __all__ = [
     "DatasetNotFoundError",
     "DatasetStore",
     "DatasetValidationError",
-    "Fold",
+    "FoldArrays",
     "Folds",
     "FoldPlan",
     "FoldPlanMismatchError",
@@ -60,3 +60,18 @@ __all__ = [
     "push_source",
     "read_source",
 ]
+
+
+def __getattr__(name: str):
+    if name == "Fold":  # renamed: `tlsearch.models.Fold` is the fold a model trains on
+        import warnings
+
+        from tlsearch._renamed import REMOVED_IN
+
+        warnings.warn(
+            f"tlsearch.data.Fold is deprecated and removed in {REMOVED_IN}: use tlsearch.data.FoldArrays",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return FoldArrays
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,7 +8,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from tlsearch.data._fold_views import Fold, FoldLayout, Folds, fold_views, gathered_fold
+from tlsearch.data._fold_views import FoldArrays, FoldLayout, Folds, fold_views, gathered_fold
 from tlsearch.data._folds import FoldPlan
 from tlsearch.data._info import GROUPS, SAMPLE_WEIGHT, DatasetInfo
 from tlsearch.data._locks import UseLock
@@ -64,8 +64,8 @@ class Dataset:
     def n_rows(self) -> int:
         return self.info.n_rows
 
-    def fold(self, plan: FoldPlan, index: int, *, layout: bool = True) -> Fold:
-        """Fold `index` of `plan` as read-only views (no rows copied); the first call per plan lays the rows out
+    def fold(self, plan: FoldPlan, index: int, *, layout: bool = True) -> FoldArrays:
+        """The arrays of fold `index` of `plan` as read-only views (no rows copied); the first call per plan lays the rows out
         in this host's cache, once per host, taking about (2 - 1/n_splits) × the dataset on disk.
 
         `layout=False` gathers the fold's rows into new in-memory arrays instead (plan order, one copy per

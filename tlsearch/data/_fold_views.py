@@ -12,7 +12,7 @@ where every fold's train and validation rows are each one contiguous range:
   one range. This costs (2 - 1/m) × the dataset, for all m folds together;
 - any other fold gets its own train and validation rows written out.
 
-Train rows then come in layout order, not sorted: `Fold.train_index` says which dataset row each is.
+Train rows then come in layout order, not sorted: `FoldArrays.train_index` says which dataset row each is.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ Span = tuple[str, int, int]  # ("dataset" | "layout", start, stop)
 
 
 @dataclass(frozen=True)
-class Fold:
+class FoldArrays:
     """One fold's arrays ("X", "y", and "groups"/"sample_weight" when the dataset has them), read-only views.
 
     `train_index[i]` is the dataset row of `train[...][i]` (same for validation); as sets they equal the plan's.
@@ -40,11 +40,11 @@ class Fold:
     validation_index: np.ndarray
 
 
-class Folds(Sequence[Fold]):
+class Folds(Sequence[FoldArrays]):
     """The folds of one trial, each made when it is read (`make(index)`): gathered rows cost one fold's
     memory at a time, not all of them at once."""
 
-    def __init__(self, count: int, make: Callable[[int], Fold]) -> None:
+    def __init__(self, count: int, make: Callable[[int], FoldArrays]) -> None:
         self._count, self._make = count, make
 
     @classmethod
@@ -63,10 +63,12 @@ class Folds(Sequence[Fold]):
         return self._make(index % self._count)
 
 
-def gathered_fold(index: int, arrays: Mapping[str, np.ndarray], train: np.ndarray, validation: np.ndarray) -> Fold:
-    """Fold `index` with its rows copied out of `arrays` in index order, as scikit-learn's cross_validate
+def gathered_fold(
+    index: int, arrays: Mapping[str, np.ndarray], train: np.ndarray, validation: np.ndarray
+) -> FoldArrays:
+    """The arrays of fold `index`, with its rows copied out of `arrays` in index order, as scikit-learn's cross_validate
     does (row order matters to bootstrap and SGD estimators)."""
-    return Fold(
+    return FoldArrays(
         index,
         MappingProxyType({name: np.asarray(array[train]) for name, array in arrays.items()}),
         MappingProxyType({name: np.asarray(array[validation]) for name, array in arrays.items()}),
@@ -173,8 +175,8 @@ def fold_views(
     dataset_arrays: Mapping[str, np.ndarray],
     layout_arrays: Mapping[str, np.ndarray],
     order: np.ndarray,
-) -> Fold:
-    """Fold `index` as views into the dataset's or the layout's memory-mapped arrays."""
+) -> FoldArrays:
+    """The arrays of fold `index` as views into the dataset's or the layout's memory-mapped arrays."""
     parts = []
     for source, start, stop in spans:
         if source == "dataset":
@@ -183,7 +185,7 @@ def fold_views(
             arrays, rows = layout_arrays, order[start:stop]
         parts.append((MappingProxyType({name: array[start:stop] for name, array in arrays.items()}), rows))
     (train, train_index), (validation, validation_index) = parts
-    return Fold(index, train, validation, train_index, validation_index)
+    return FoldArrays(index, train, validation, train_index, validation_index)
 
 
 def write_layout_rows(source: np.ndarray, order: np.ndarray, target: np.ndarray, max_bytes: int = 32 << 20) -> None:
