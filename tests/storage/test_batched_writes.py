@@ -68,3 +68,28 @@ def test_a_kfold_trial_reports_each_fold_with_its_scores(stores):
     assert seen.user_attrs["n_splits"] == 2 and seen.user_attrs["split1_test_score"] == 0.6
     assert seen.user_attrs["mean_test_score"] == pytest.approx(0.7)
     assert trial._cached_frozen_trial.intermediate_values == {0: 0.8, 1: 0.7}  # what the pruner reads
+
+
+def test_a_refused_batch_on_the_journal_is_replayed_past_and_the_store_goes_on(tmp_path, monkeypatch):
+    """Every operation of a batch written to a finished trial is refused by the replay; the store replays past
+    all of them (one replay each, not a loop that ends only if Optuna counts a refused operation as read)."""
+    from tlsearch.storage import _journal
+
+    path = str(tmp_path / "studies.journal")
+    storage = open_journal(path)
+    study_id = storage.create_new_study([StudyDirection.MAXIMIZE])
+    trial_id = storage.create_new_trial(study_id)
+    storage.set_trial_state_values(trial_id, TrialState.COMPLETE, [1.0])
+    replays = []
+    replay = _journal.replay_journal
+    monkeypatch.setattr(_journal, "replay_journal", lambda s: replays.append(1) or replay(s))
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        storage.set_trial_user_attrs(trial_id, {"a": 1, "b": 2, "c": 3})
+    assert len(replays) <= 3
+    second = storage.create_new_trial(study_id)  # later calls see none of the refused operations
+    storage.set_trial_user_attrs(second, {"d": 4})
+    assert open_journal(path).get_trial(second).user_attrs == {"d": 4}
+
+    monkeypatch.setattr(_journal, "replay_journal", lambda s: (_ for _ in ()).throw(KeyError("refused forever")))
+    with pytest.raises(KeyError, match="refused forever"):
+        storage._replay_rejected(3)  # bounded: raises after 3 replays instead of spinning

@@ -52,18 +52,21 @@ class JournalStorage(optuna.storages.JournalStorage):
         try:
             append_journal_operations(self, logs)  # replaying them raises if the trial is finished or missing
         except (KeyError, UpdateFinishedTrialError):
-            self._replay_rejected()
+            self._replay_rejected(len(logs))
             raise
 
-    def _replay_rejected(self) -> None:
-        """Replay the rest of a rejected batch: the replay stops at the first operation refused, and each
-        following one of the batch, refused too, would otherwise raise in some later call."""
-        while True:
+    def _replay_rejected(self, n_operations: int) -> None:
+        """Replay the rest of a rejected batch of `n_operations`: each replay stops at the first operation it
+        refuses, having counted it as read, and each following one of the batch, refused too, would otherwise
+        raise in some later call. At most one replay per operation: one that still refuses after that is not
+        moving past what it refused, and raises."""
+        for _ in range(n_operations):
             try:
                 replay_journal(self)
                 return
             except (KeyError, UpdateFinishedTrialError):
                 continue
+        replay_journal(self)
 
 
 class QueuedJournalLock(BaseJournalFileLock):
