@@ -33,6 +33,7 @@ from tlsearch.data import FoldArrays, Folds
 from tlsearch.errors import FatalTrialError, NonFiniteScoreError, RetryableTrialError
 from tlsearch.models import Fold, FoldResult, FoldTrainer, SpecView, is_class_labels
 from tlsearch.seeds import derive_seed
+from tlsearch.storage._extensions import BatchedUserAttrs
 
 _INFRASTRUCTURE_ERRORS = {
     # the network, the study store, the cluster
@@ -354,7 +355,7 @@ class _ResultRecorder:
         added through the public `trial.report`, so that `trial.should_prune()` sees it."""
         trial, storage = self._trial, self._trial.storage
         attrs, self._pending = self._pending, {}
-        if hasattr(storage, "set_trial_user_attrs"):
+        if isinstance(storage, BatchedUserAttrs):
             storage.set_trial_user_attrs(compat.trial_id(trial), attrs)
         else:
             for key, value in attrs.items():

@@ -6,7 +6,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import optuna
@@ -18,9 +18,11 @@ from tlsearch._compat.optuna import (
     JournalOperation,
     append_journal_operations,
     get_lock_file,
+    journal_file_path,
     replay_journal,
 )
 from tlsearch.errors import JournalDamagedError
+from tlsearch.storage._slots import claim_in_file, release_in_file
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +33,22 @@ except ImportError:  # Windows: Optuna's own lock alone
 
 
 class JournalStorage(optuna.storages.JournalStorage):
-    """`optuna.storages.JournalStorage` plus a batched write, `set_trial_user_attrs`, that appends several
-    operations in one locked, synced write instead of one each (a k-fold trial stores a dozen attributes, a few
-    per fold)."""
+    """`optuna.storages.JournalStorage` plus tlsearch's extensions (`tlsearch.storage._extensions`): a batched
+    write, `set_trial_user_attrs`, that appends several operations in one locked, synced write instead of one
+    each (a k-fold trial stores a dozen attributes, a few per fold), and trial slots in a counter file."""
 
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
         self._append(self._user_attr_logs(trial_id, attrs))
+
+    def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> bool:
+        return claim_in_file(self._slot_counter_path(study_id), limit, claimed)
+
+    def release_trial_slot(self, study_id: int) -> None:
+        release_in_file(self._slot_counter_path(study_id))
+
+    def _slot_counter_path(self, study_id: int) -> str:
+        # A counter file under an exclusive flock beside the journal file (tlsearch.storage._slots).
+        return f"{journal_file_path(self)}.slots-{study_id}"
 
     @staticmethod
     def _user_attr_logs(trial_id: int, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:

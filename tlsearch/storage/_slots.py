@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import optuna
 
-from tlsearch._compat.optuna import journal_file_path
 from tlsearch._files import open_no_follow, write_file
 from tlsearch._text import printable
 from tlsearch.errors import SlotCounterError
+from tlsearch.storage._extensions import TrialSlotCounter
 
 try:
     import fcntl
@@ -25,36 +25,40 @@ except ImportError:  # Windows: no counter; the driver falls back to counting fi
 
 
 class TrialSlots:
-    """The slot counter of one study; `claimed()` gives its start value (finished + running trials)."""
+    """The slot counter of one study, kept by its store (`TrialSlotCounter`); `claimed()` gives its start value
+    (finished + running trials)."""
 
     def __init__(self, storage: optuna.storages.BaseStorage, study_id: int) -> None:
+        if not isinstance(storage, TrialSlotCounter):
+            raise TypeError(f"{type(storage).__name__} keeps no trial slots: use MongoStorage or JournalStorage")
         self.storage, self.study_id = storage, study_id
 
     def claim(self, limit: int, claimed: Callable[[], int]) -> bool:
         """Take a slot if fewer than `limit` are taken. SlotCounterError when the counter holds anything but a
         count in 0..limit."""
-        if hasattr(self.storage, "claim_trial_slot"):
-            return self.storage.claim_trial_slot(self.study_id, limit, claimed)
-        with _LockedCounter(self._counter_path()) as counter:
-            taken = counter.read(claimed, limit)
-            if taken >= limit:
-                return False
-            counter.write(taken + 1)
-            return True
+        return self.storage.claim_trial_slot(self.study_id, limit, claimed)
 
     def release(self) -> None:
         """Give back a slot (its trial failed)."""
-        if hasattr(self.storage, "release_trial_slot"):
-            self.storage.release_trial_slot(self.study_id)
-            return
-        path = self._counter_path()
-        if os.path.exists(path):
-            with _LockedCounter(path) as counter:
-                taken = counter.read(lambda: 0, sys.maxsize)
-                counter.write(max(taken - 1, 0))
+        self.storage.release_trial_slot(self.study_id)
 
-    def _counter_path(self) -> str:
-        return f"{journal_file_path(self.storage)}.slots-{self.study_id}"
+
+def claim_in_file(path: str, limit: int, claimed: Callable[[], int]) -> bool:
+    """`TrialSlotCounter.claim_trial_slot` on a counter file at `path`."""
+    with _LockedCounter(path) as counter:
+        taken = counter.read(claimed, limit)
+        if taken >= limit:
+            return False
+        counter.write(taken + 1)
+        return True
+
+
+def release_in_file(path: str) -> None:
+    """`TrialSlotCounter.release_trial_slot` on a counter file at `path`."""
+    if os.path.exists(path):
+        with _LockedCounter(path) as counter:
+            taken = counter.read(lambda: 0, sys.maxsize)
+            counter.write(max(taken - 1, 0))
 
 
 class _LockedCounter:

@@ -1,0 +1,35 @@
+"""tlsearch's storage extensions are declared protocols that both study stores implement, and trial slots
+behave alike on both: `limit` slots can be taken, no more, and a released one can be taken again."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.study import StudyDirection
+
+from tlsearch.storage._extensions import BatchedUserAttrs, TrialSlotCounter
+from tlsearch.storage._journal import open_journal
+from tlsearch.storage._slots import TrialSlots
+
+
+@pytest.fixture(params=["mongo", "journal"])
+def storage(request, tmp_path):
+    if request.param == "mongo":
+        return request.getfixturevalue("mongo_storage")
+    return open_journal(str(tmp_path / "studies.journal"))
+
+
+def test_both_stores_implement_the_extensions(storage):
+    assert isinstance(storage, BatchedUserAttrs) and isinstance(storage, TrialSlotCounter)
+
+
+def test_trial_slots_are_counted_alike_on_both_stores(storage):
+    slots = TrialSlots(storage, storage.create_new_study([StudyDirection.MINIMIZE]))
+    assert [slots.claim(3, lambda: 1) for _ in range(3)] == [True, True, False]  # one taken before the counter
+    slots.release()
+    assert slots.claim(3, lambda: 1) and not slots.claim(3, lambda: 1)
+
+
+def test_a_store_without_slots_is_refused_by_name():
+    with pytest.raises(TypeError, match="InMemoryStorage keeps no trial slots"):
+        TrialSlots(optuna.storages.InMemoryStorage(), 0)

@@ -1,0 +1,30 @@
+"""What tlsearch's study stores add to Optuna's storage interface, as protocols both stores implement
+(`MongoStorage`, `JournalStorage`); code that needs an extension checks for it with `isinstance`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class BatchedUserAttrs(Protocol):
+    """Several user attributes of one trial in one write (a k-fold trial stores a few per fold); raises as
+    `set_trial_user_attr` does for a finished (`UpdateFinishedTrialError`) or missing (`KeyError`) trial."""
+
+    def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class TrialSlotCounter(Protocol):
+    """The count of a study's trial slots taken, kept in the store and changed atomically, so any number of
+    drivers finish exactly `n_trials` trials together (see `tlsearch.storage._slots`)."""
+
+    def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> bool:
+        """Take a slot if fewer than `limit` are taken (`claimed()` gives the count where none is kept yet);
+        `SlotCounterError` when the counter holds anything but a count in 0..limit."""
+        ...
+
+    def release_trial_slot(self, study_id: int) -> None:
+        """Give back a slot (its trial failed)."""
+        ...
