@@ -4,19 +4,16 @@ demand, the worker's share of CPU threads), and TensorFlow's process-wide gradie
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import os
-import random
 import threading
-from collections.abc import Iterator
 from typing import Any
 
+from tlsearch._compat import tensorflow as tensorflow_compat
 from tlsearch.models._fold_random import seed_thread
 
 _keras_ready = False
 _import_lock = threading.Lock()  # the worker set-up imports Keras in a thread of its own
-_kernels_lock = threading.Lock()
 _cpu_threads: int | None = None  # set in worker processes: see prepare_worker
 
 
@@ -79,7 +76,7 @@ def set_random_seed(keras: Any, seed: int) -> None:
     SeedGenerators, whose state is part of a model's variables) and each fit builds a fresh input pipeline, so
     the global seed alone makes a fold reproducible. Only a study's own stateful TensorFlow random ops executed
     eagerly (tf.random.uniform outside a model, with no seed) carry on from an earlier fold instead of restarting."""
-    with _tensorflow_kernels_kept(keras):
+    with tensorflow_compat.kernels_kept(keras):
         keras.utils.set_random_seed(seed)
     seed_thread(seed)
 
@@ -90,70 +87,17 @@ def clear_session(keras: Any, keep_kernels: bool) -> None:
     trains the model this one traced (see _keras_reuse), and that model's instantiated functions are in the
     cache (a trial of the MLP on digits: 2.3 s with the cache cleared, 1.2 s kept). `forget_kernels` clears it
     when that model is replaced, so a search over many structures does not grow."""
-    with _tensorflow_kernels_kept(keras) if keep_kernels else contextlib.nullcontext():
+    with tensorflow_compat.kernels_kept(keras) if keep_kernels else contextlib.nullcontext():
         keras.backend.clear_session()
 
 
 def forget_kernels(keras: Any) -> None:
     """Clear TensorFlow's eager kernel cache: the functions of a model no longer kept are never called again."""
-    context = _tensorflow_eager_context(keras)
-    if context is not None:
-        context.clear_kernel_cache()
-
-
-@contextlib.contextmanager
-def _tensorflow_kernels_kept(keras: Any) -> Iterator[None]:
-    """Within: TensorFlow's seed is set and Keras' session cleared without clearing TensorFlow's kernel cache.
-    The context's two methods that clear it are shadowed for the duration (under a lock: workers may run
-    trials in threads)."""
-    context = _tensorflow_eager_context(keras)
-    if context is None:
-        yield
-        return
-    with _kernels_lock:
-        context._set_global_seed = functools.partial(_set_seed_keeping_kernels, context)
-        context.clear_kernel_cache = _keep_kernels
-        try:
-            yield
-        finally:
-            del context._set_global_seed, context.clear_kernel_cache  # the class's own methods again
-
-
-def _tensorflow_eager_context(keras: Any) -> Any:
-    """TensorFlow's eager context, when the backend is TensorFlow and the context is as this module expects."""
-    if keras.backend.backend() != "tensorflow":
-        return None
-    try:
-        from tensorflow.python.eager import context
-    except ImportError:
-        return None
-    eager = context.context()
-    known = all(hasattr(type(eager), name) for name in ("_set_global_seed", "clear_kernel_cache"))
-    return eager if known and hasattr(eager, "_seed") else None
-
-
-def _set_seed_keeping_kernels(context: Any, seed: int) -> None:
-    context._seed = seed  # what tf.random.set_seed sets, less its kernel-cache clearing
-    context._rng = random.Random(seed)
-
-
-def _keep_kernels() -> None:
-    pass
-
-
-def _tensorflow_gradient_registry(keras: Any) -> dict | None:
-    if keras.backend.backend() != "tensorflow":
-        return None
-    try:
-        from tensorflow.python.framework import ops
-
-        return ops.gradient_registry._registry
-    except (ImportError, AttributeError):  # a TensorFlow without this registry needs no clean-up
-        return None
+    tensorflow_compat.forget_kernels(keras)
 
 
 def custom_gradient_names(keras: Any) -> set[str] | None:
-    registry = _tensorflow_gradient_registry(keras)
+    registry = tensorflow_compat.gradient_registry(keras)
     return None if registry is None else set(registry)
 
 
@@ -164,7 +108,7 @@ def forget_custom_gradients(keras: Any, names_before: set[str] | None) -> None:
     gradient in a process-wide registry for good, and with it each traced training graph: about 4 MiB
     per fold that clear_session cannot free. The fold's model is gone, so nothing uses them any more.
     """
-    registry = _tensorflow_gradient_registry(keras)
+    registry = tensorflow_compat.gradient_registry(keras)
     if registry is None or names_before is None:
         return
     for name in set(registry) - names_before:
