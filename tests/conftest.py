@@ -52,7 +52,9 @@ def _only_in_slow_tests(owner, name: str, what: str) -> None:
     setattr(owner, name, guarded)
 
 
-def pytest_configure(config):
+def pytest_sessionstart(session):
+    # Not at pytest_configure: distributed configures logging at import, and imported before pytest's logging
+    # plugin it left `caplog` without the records of a test's run.
     import distributed
 
     _only_in_slow_tests(distributed.LocalCluster, "__init__", "a Dask LocalCluster")
