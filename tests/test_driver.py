@@ -334,8 +334,8 @@ study = tlsearch.StudySpec(name="kept", dataset="sklearn:iris", cv=3, n_trials=2
 KILLED_BEFORE_FIRST_BEAT = """
 import os, signal, sys
 if __name__ == "__main__":
-    from tlsearch.execution._dispatcher import Dispatcher
-    Dispatcher._beat = lambda self, trial_id: os.kill(os.getpid(), signal.SIGKILL)
+    from tlsearch.execution._heartbeat import Heartbeat
+    Heartbeat.beat = lambda self, trial_id: os.kill(os.getpid(), signal.SIGKILL)
     from tlsearch.cli import main
     sys.exit(main(sys.argv[1:]))
 """

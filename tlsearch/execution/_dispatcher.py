@@ -13,7 +13,6 @@ import dataclasses
 import logging
 import math
 import sys
-import threading
 import time
 import warnings
 from collections import Counter
@@ -26,6 +25,7 @@ from tlsearch._compat import optuna as compat
 from tlsearch.data import HostCache
 from tlsearch.execution import _cluster as cluster
 from tlsearch.execution import _fold_tasks as fold_tasks
+from tlsearch.execution._heartbeat import Heartbeat
 from tlsearch.execution._progress import Progress
 from tlsearch.execution._retries import fail_abandoned_trials, fail_and_retry, worker_deaths
 from tlsearch.execution._stop_policy import (  # noqa: F401 - also read from the old path `tlsearch.dispatcher`
@@ -98,7 +98,7 @@ class Dispatcher:
             read_stop_flag=lambda: bool(study_attrs.read(study).get(study_attrs.STOP)),
             note=self.progress.note,
         )
-        self._heartbeat_stop = threading.Event()
+        self.heartbeat = Heartbeat(compat.storage_of(study), self._trial_ids_in_flight)
         # Results are fetched from the workers in the background as trials finish, not one by one here, on
         # this client's event loop (Dask's default is the newest client's, whose sockets are not this one's).
         self._finished = distributed.as_completed(loop=client.loop, with_results=True, raise_errors=False)
@@ -118,8 +118,7 @@ class Dispatcher:
             f"study {self.study.study_name!r} in {self.stores.describe()}; "
             f"{self.parallelism} trials at a time" + (f"; Dask dashboard: {link}" if link else "")
         )
-        heartbeat = threading.Thread(target=self._heartbeat, name="tlsearch-heartbeat", daemon=True)
-        heartbeat.start()
+        self.heartbeat.start()
         next_stale_check = time.monotonic()
         self.policy.start()
         # Optuna allows study.stop() only inside Study.optimize
@@ -144,7 +143,7 @@ class Dispatcher:
                 self.progress.update(self._trials_in_flight())
         finally:
             del self.study.stop
-            self._heartbeat_stop.set()
+            self.heartbeat.stop()
             if self.running:
                 self._abandon_running(self.policy.abandon_reason() or "the driver stopped")
             self.progress.close()
@@ -229,7 +228,7 @@ class Dispatcher:
             self._finished.add(task)
         if fixed is not None:
             self.split_trials[trial_id] = fold_tasks.SplitTrial(fixed, tasks)
-        self._beat(trial_id)
+        self.heartbeat.beat(trial_id)
 
     def _fold_shares(self, job: TrialJob) -> tuple[optuna.Trial | None, list[tuple[int, ...]]]:
         """The folds each task of a new trial trains: [()] (one task, all its folds), unless few trials are
@@ -373,6 +372,10 @@ class Dispatcher:
     def _trials_in_flight(self) -> int:
         return len(set(self.running.values()))
 
+    def _trial_ids_in_flight(self) -> set[int]:
+        """Called from the heartbeat's thread: copies `running`, which the dispatching thread changes meanwhile."""
+        return {trial_id for trial_id, _ in list(self.running.values())}
+
     def _first_attrs(self) -> dict:
         """The attributes a trial's first fold stores with its own (`cv.evaluate`)."""
         return {"dataset_hash": self.dataset_hash, "fold_plan_hash": self.fold_plan_hash, "n_splits": self._n_folds}
@@ -383,21 +386,6 @@ class Dispatcher:
         with contextlib.suppress(ValueError):
             return self.study.best_value
         return None
-
-    def _heartbeat(self) -> None:
-        interval = compat.heartbeat_interval(compat.storage_of(self.study))
-        while interval and not self._heartbeat_stop.wait(interval):
-            for trial_id in {trial_id for trial_id, _ in list(self.running.values())}:
-                self._beat(trial_id)
-
-    def _beat(self, trial_id: int) -> None:
-        storage = compat.storage_of(self.study)
-        if not compat.heartbeat_interval(storage):
-            return
-        try:
-            storage.record_heartbeat(trial_id)
-        except Exception as error:  # the server may be restarting; the next beat retries
-            log.warning("heartbeat for trial %s failed: %s", trial_id, error)
 
 
 def _task_error(result):
