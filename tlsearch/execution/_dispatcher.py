@@ -22,6 +22,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tlsearch._compat import optuna as compat
+from tlsearch.cv import _evaluate as cv
 from tlsearch.data import HostCache
 from tlsearch.execution import _cluster as cluster
 from tlsearch.execution import _fold_tasks as fold_tasks
@@ -288,7 +289,7 @@ class Dispatcher:
         split = self.split_trials.pop(trial_id, None)
         trial = self.trials.pop(trial_id, None)
         if split is not None and outcome.state == TrialState.COMPLETE:
-            outcome = split.record(self.spec, self._first_attrs())
+            outcome = split.record(self.spec, cv.first_attrs(self.dataset_hash, self.fold_plan_hash, self._n_folds))
         if outcome.state == TrialState.FAIL:
             self._fail(trial_id, outcome)
             self.progress.running = self._trials_in_flight()
@@ -375,10 +376,6 @@ class Dispatcher:
     def _trial_ids_in_flight(self) -> set[int]:
         """Called from the heartbeat's thread: copies `running`, which the dispatching thread changes meanwhile."""
         return {trial_id for trial_id, _ in list(self.running.values())}
-
-    def _first_attrs(self) -> dict:
-        """The attributes a trial's first fold stores with its own (`cv.evaluate`)."""
-        return {"dataset_hash": self.dataset_hash, "fold_plan_hash": self.fold_plan_hash, "n_splits": self._n_folds}
 
     def _best(self) -> float | None:
         if len(self.study.directions) > 1:
