@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 
 from tlsearch.errors import TLSearchError
 from tlsearch.execution import _driver as driver
+from tlsearch.execution import _stop_policy as stop_policy
 from tlsearch.reading import _study_attrs as study_attrs
 from tlsearch.spec._spec import load_study_file
 from tlsearch.stores._stores import Stores, require_shared
@@ -106,6 +107,24 @@ def test_rerun_counts_existing_trials_toward_the_target(tmp_path):
     study = driver.run(spec, stores=stores, n_workers=1, n_trials=5, progress="off", resume=True)
     assert count(study, TrialState.COMPLETE) == 5
     assert [t.number for t in study.trials] == list(range(5))
+
+
+@pytest.mark.slow
+def test_a_run_past_its_timeout_ends_as_timeout_reached_with_its_running_trials_finished(tmp_path):
+    spec = load_study_file(write_study(tmp_path, n_trials=1000, sleep=0.1))
+    result = driver.drive(spec, stores=Stores(home=tmp_path / "home"), n_workers=1, timeout=2, progress="off")
+    assert (result.reason, result.exit_code) == (stop_policy.TIMEOUT_REACHED, 0), result.summary()
+    assert count(result.study, TrialState.COMPLETE) >= 1 and count(result.study, TrialState.RUNNING) == 0
+    assert count(result.study, TrialState.FAIL) == 0, "the running trial finished within STOP_GRACE"
+
+
+@pytest.mark.slow
+def test_a_run_whose_every_trial_is_pruned_ends_as_no_complete_trial(tmp_path):
+    spec = load_study_file(write_study(tmp_path, n_trials=2, body="raise optuna.TrialPruned()"))
+    result = driver.drive(spec, stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
+    assert (result.reason, result.exit_code) == (stop_policy.NO_COMPLETE_TRIAL, 4), result.summary()
+    assert result.detail == "2/2 trials finished, 0 failed"
+    assert count(result.study, TrialState.PRUNED) == 2
 
 
 @pytest.mark.slow
@@ -315,8 +334,8 @@ study = tlsearch.StudySpec(name="kept", dataset="sklearn:iris", cv=3, n_trials=2
 KILLED_BEFORE_FIRST_BEAT = """
 import os, signal, sys
 if __name__ == "__main__":
-    from tlsearch.execution._dispatcher import Dispatcher
-    Dispatcher._beat = lambda self, trial_id: os.kill(os.getpid(), signal.SIGKILL)
+    from tlsearch.execution._heartbeat import Heartbeat
+    Heartbeat.beat = lambda self, trial_id: os.kill(os.getpid(), signal.SIGKILL)
     from tlsearch.cli import main
     sys.exit(main(sys.argv[1:]))
 """

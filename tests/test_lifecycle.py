@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 from tests.test_driver import _driver, _kill_group, _wait_for_complete, count, write_study
 from tlsearch import cli
 from tlsearch.errors import TLSearchError
-from tlsearch.execution import _dispatcher as dispatcher
+from tlsearch.execution import _stop_policy as stop_policy
 from tlsearch.reading import _study_attrs as study_attrs
 from tlsearch.stores._stores import Stores
 
@@ -122,7 +122,7 @@ def test_a_study_whose_every_trial_fails_exits_non_zero(tmp_path, capsys):
     code = cli.main(
         ["run", str(study_file), "--home", str(tmp_path / "home"), "--workers", "1", "--progress", "off", "--no-report"]
     )
-    assert code == dispatcher.EXIT_CODES[dispatcher.CONSECUTIVE_FAILURES]
+    assert code == stop_policy.EXIT_CODES[stop_policy.CONSECUTIVE_FAILURES]
     assert "run ended: too many trials failed in a row" in capsys.readouterr().err
 
 
@@ -335,12 +335,12 @@ def test_a_trial_over_its_time_limit_fails_as_trial_timeout_and_frees_its_worker
 @pytest.mark.slow
 @pytest.mark.parametrize("store", ["local", "mongo"])
 def test_timeout_ends_a_run_whose_trials_never_return_and_loses_nothing(tmp_path, store, request, capsys, monkeypatch):
-    monkeypatch.setattr(dispatcher, "STOP_GRACE", 2.0)
+    monkeypatch.setattr(stop_policy, "STOP_GRACE", 2.0)
     args, stores = _store_args(store, request, tmp_path)
     study_file = write_study(tmp_path, n_trials=3, body=HANGS.format(condition="True"))
     code = _run(study_file, "--workers", "2", "--timeout", "1", *args)
     err = capsys.readouterr().err
-    assert code == dispatcher.EXIT_CODES[dispatcher.NO_COMPLETE_TRIAL], err
+    assert code == stop_policy.EXIT_CODES[stop_policy.NO_COMPLETE_TRIAL], err
     assert "still running 2 s after the run was told to stop (timeout reached)" in err
     _assert_interrupted_and_queued(study_attrs.load(stores, "engine"))
 
@@ -367,6 +367,6 @@ def test_one_sigterm_ends_a_run_whose_trials_never_return_and_loses_nothing(tmp_
     finally:
         _kill_group(process)
     assert process.returncode == 143, output
-    assert f"still running {dispatcher.STOP_GRACE:g} s after the run was told to stop" in output, output
+    assert f"still running {stop_policy.STOP_GRACE:g} s after the run was told to stop" in output, output
     assert "Traceback" not in output, output
     _assert_interrupted_and_queued(study_attrs.load(stores, "engine"))

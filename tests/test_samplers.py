@@ -16,7 +16,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tlsearch.execution import _driver as driver
-from tlsearch.execution._dispatcher import GRID_EXHAUSTED, STUDY_STOPPED
+from tlsearch.execution._stop_policy import GRID_EXHAUSTED, STUDY_STOPPED
 from tlsearch.reading._trials_table import trials_frame
 from tlsearch.spec._spec import load_study_file
 from tlsearch.stores._stores import Stores

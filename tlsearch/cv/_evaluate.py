@@ -149,12 +149,18 @@ def evaluate(
     if not isinstance(folds, Folds):
         folds = Folds.gathered(arrays, folds)
     trainer = spec.model.trainer(spec, arrays)
-    first_attrs = {"dataset_hash": dataset_hash, "fold_plan_hash": fold_plan_hash, "n_splits": len(folds)}
-    recorder = _ResultRecorder(trial, spec, {**first_attrs, **(placement or {})})
+    recorder = _ResultRecorder(
+        trial, spec, {**first_attrs(dataset_hash, fold_plan_hash, len(folds)), **(placement or {})}
+    )
     try:
         return _run_folds(trial, spec, arrays, folds, params, trainer, recorder, artifact_store)
     finally:
         trainer.close()
+
+
+def first_attrs(dataset_hash: str, fold_plan_hash: str, n_splits: int) -> dict[str, Any]:
+    """The attributes a trial's first fold stores with its own: what it was evaluated on, and its number of folds."""
+    return {"dataset_hash": dataset_hash, "fold_plan_hash": fold_plan_hash, "n_splits": n_splits}
 
 
 def evaluate_folds(

@@ -11,8 +11,9 @@ from tlsearch._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from tlsearch.execution._cluster import ClusterOptions, connect, local_security, tls_security
-    from tlsearch.execution._dispatcher import EXIT_CODES, Budget
+    from tlsearch.execution._dispatcher import Budget
     from tlsearch.execution._driver import RunResult, drive, run
+    from tlsearch.execution._stop_policy import EXIT_CODES
 
 __all__ = [
     "EXIT_CODES",
@@ -30,7 +31,8 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         **dict.fromkeys(["ClusterOptions", "connect", "local_security", "tls_security"], "tlsearch.execution._cluster"),
-        **dict.fromkeys(["EXIT_CODES", "Budget"], "tlsearch.execution._dispatcher"),
+        "Budget": "tlsearch.execution._dispatcher",
+        "EXIT_CODES": "tlsearch.execution._stop_policy",
         **dict.fromkeys(["RunResult", "drive", "run"], "tlsearch.execution._driver"),
     },
 )

@@ -3,7 +3,7 @@
 `driver.drive` opens the study and the cluster, then hands over to a `Dispatcher`: it asks Optuna for each
 trial, submits it as a task (or, when workers would sit idle, as several tasks that share its folds:
 `fold_tasks`), keeps its heartbeat while it runs, tells the study how it ended (failing and re-queueing it if
-its worker died), and says why the run ended.
+its worker died), and asks its `StopPolicy` when to stop starting trials and why the run ended.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import math
-import signal
 import sys
-import threading
 import time
 import warnings
 from collections import Counter
@@ -24,11 +22,28 @@ import optuna
 from optuna.trial import TrialState
 
 from tlsearch._compat import optuna as compat
+from tlsearch.cv import _evaluate as cv
 from tlsearch.data import HostCache
 from tlsearch.execution import _cluster as cluster
 from tlsearch.execution import _fold_tasks as fold_tasks
+from tlsearch.execution._heartbeat import Heartbeat
 from tlsearch.execution._progress import Progress
 from tlsearch.execution._retries import fail_abandoned_trials, fail_and_retry, worker_deaths
+from tlsearch.execution._stop_policy import (  # noqa: F401 - also read from the old path `tlsearch.dispatcher`
+    BUDGET_REACHED,
+    CONSECUTIVE_FAILURES,
+    EXIT_CODES,
+    GRID_EXHAUSTED,
+    INTERRUPTED,
+    NO_COMPLETE_TRIAL,
+    NOTHING_TO_DO,
+    STOP_GRACE,
+    STOP_REQUESTED,
+    STUDY_STOPPED,
+    TERMINATED,
+    TIMEOUT_REACHED,
+    StopPolicy,
+)
 from tlsearch.execution._trial_task import TrialJob, TrialOutcome, pack_spec
 from tlsearch.reading import _study_attrs as study_attrs
 from tlsearch.seeds import derive_seed
@@ -37,11 +52,6 @@ from tlsearch.storage._slots import TrialSlots
 log = logging.getLogger(__name__)
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
-STOP_CHECK_INTERVAL = 1.0  # seconds between reads of the study's stop flag (`tlsearch stop`)
-# After SIGTERM, or once `timeout` is reached, running trials get this long to finish; then they are failed
-# and retried on resume. Kubernetes and systemd send SIGKILL 30 s after SIGTERM by default: the cluster
-# must still be shut down within that.
-STOP_GRACE = 15.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,31 +66,6 @@ class Budget:
     trial_timeout: float | None = None
 
 
-# Why a run ended, and the exit code `tlsearch run` / `resume` return for it (README: "Faults, stopping and resuming").
-BUDGET_REACHED = "budget reached"
-NOTHING_TO_DO = "nothing to do"
-TIMEOUT_REACHED = "timeout reached"
-CONSECUTIVE_FAILURES = "too many trials failed in a row"
-NO_COMPLETE_TRIAL = "no trial completed"
-STOP_REQUESTED = "stopped by `tlsearch stop`"
-GRID_EXHAUSTED = "grid exhausted"  # a GridSampler or BruteForceSampler called study.stop(): every point was run
-STUDY_STOPPED = "stopped by study.stop()"  # from another sampler or an Optuna callback
-INTERRUPTED = "interrupted (Ctrl-C)"
-TERMINATED = "terminated (SIGTERM)"
-EXIT_CODES = {
-    BUDGET_REACHED: 0,
-    NOTHING_TO_DO: 0,
-    TIMEOUT_REACHED: 0,
-    CONSECUTIVE_FAILURES: 3,
-    NO_COMPLETE_TRIAL: 4,
-    STOP_REQUESTED: 5,
-    GRID_EXHAUSTED: 0,
-    STUDY_STOPPED: 0,
-    INTERRUPTED: 128 + signal.SIGINT,
-    TERMINATED: 128 + signal.SIGTERM,
-}
-
-
 class Dispatcher:
     """Keeps up to `parallelism` trials in flight until the budget is spent."""
 
@@ -89,10 +74,8 @@ class Dispatcher:
         self.dataset_ref = dataset_ref
         attrs = study_attrs.read(study)
         self.dataset_hash, self.fold_plan_hash = attrs[study_attrs.DATASET_HASH], attrs[study_attrs.FOLD_PLAN]
-        self.n_trials, self.timeout, self.interrupts = budget.n_trials, budget.timeout, interrupts
-        self.trial_timeout = budget.trial_timeout
+        self.n_trials, self.trial_timeout = budget.n_trials, budget.trial_timeout
         self._started: dict[distributed.Future, float] = {}  # task -> when first seen on a worker (monotonic)
-        self._stop_deadline = math.inf  # when trials still running are failed (STOP_GRACE after SIGTERM, timeout)
         self.parallelism = budget.parallelism or max(
             1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
         )
@@ -102,26 +85,25 @@ class Dispatcher:
         self._n_folds: int | None = None
         self.resources = cluster.trial_resources(client)
         self.slots = TrialSlots(compat.storage_of(study), compat.study_id(study))
-        self.stop_reason: str | None = None  # why the driver stopped starting trials, once it has
-        self.end_detail = ""
-        self.failed_in_a_row = 0  # parameter sets failed for good in a row (attempts that are retried aside)
-        self.last_error = ""
         self._killers: dict[int, str] = {}  # trial_id -> the worker that died under it alone
         self.progress = Progress(
             self.n_trials, Counter(t.state.name for t in study.get_trials(deepcopy=False)), progress
         )
         if self.progress.shows_best:
             self.progress.best = self._best()
-        self._next_stop_check = 0.0
-        self._heartbeat_stop = threading.Event()
+        self.policy = StopPolicy(
+            n_trials=self.n_trials,
+            timeout=budget.timeout,
+            parallelism=self.parallelism,
+            interrupts=interrupts,
+            read_stop_flag=lambda: bool(study_attrs.read(study).get(study_attrs.STOP)),
+            note=self.progress.note,
+        )
+        self.heartbeat = Heartbeat(compat.storage_of(study), self._trial_ids_in_flight)
         # Results are fetched from the workers in the background as trials finish, not one by one here, on
         # this client's event loop (Dask's default is the newest client's, whose sockets are not this one's).
         self._finished = distributed.as_completed(loop=client.loop, with_results=True, raise_errors=False)
         self._untold: list[tuple[int, int, TrialOutcome]] = []  # collected, not yet told to the study
-
-    @property
-    def stopping(self) -> bool:
-        return self.stop_reason is not None
 
     def run(self) -> tuple[str, str]:
         """Dispatch until the budget is spent or the run is stopped; (why it ended, detail)."""
@@ -137,19 +119,20 @@ class Dispatcher:
             f"study {self.study.study_name!r} in {self.stores.describe()}; "
             f"{self.parallelism} trials at a time" + (f"; Dask dashboard: {link}" if link else "")
         )
-        heartbeat = threading.Thread(target=self._heartbeat, name="tlsearch-heartbeat", daemon=True)
-        heartbeat.start()
-        started = next_stale_check = time.monotonic()
-        self.study.stop = self._stopped_by_study  # Optuna allows study.stop() only inside Study.optimize
+        self.heartbeat.start()
+        next_stale_check = time.monotonic()
+        self.policy.start()
+        # Optuna allows study.stop() only inside Study.optimize
+        self.study.stop = lambda: self.policy.study_stopped(self.study.sampler)
         try:
-            while self.interrupts.count < 2 and time.monotonic() < self._stop_deadline:
-                self._check_stop(started)
+            while self.policy.abandon_reason() is None:
+                self.policy.check(self._trials_in_flight())
                 self._expire_slow_trials()
                 if time.monotonic() >= next_stale_check:  # a driver that died elsewhere: run its trials' retries
                     next_stale_check = time.monotonic() + self._check_stale()
                 self._fill()
                 if not self.running:
-                    if self.stopping or not self._running_elsewhere():
+                    if self.policy.stopping or not self._running_elsewhere():
                         break
                     time.sleep(0.5)  # the budget is taken by other drivers' trials: one may fail and free a slot
                     continue
@@ -161,37 +144,11 @@ class Dispatcher:
                 self.progress.update(self._trials_in_flight())
         finally:
             del self.study.stop
-            self._heartbeat_stop.set()
+            self.heartbeat.stop()
             if self.running:
-                self._abandon_running(self._abandon_reason())
+                self._abandon_running(self.policy.abandon_reason() or "the driver stopped")
             self.progress.close()
-        return self._end()
-
-    def _abandon_reason(self) -> str:
-        if self.interrupts.count >= 2:
-            return "interrupted by a second Ctrl-C"
-        if time.monotonic() >= self._stop_deadline:
-            return f"still running {STOP_GRACE:g} s after the run was told to stop ({self.stop_reason})"
-        return "the driver stopped"
-
-    def _end(self) -> tuple[str, str]:
-        counts = Counter(t.state for t in self.study.get_trials(deepcopy=False))
-        finished = (
-            f"{counts[TrialState.COMPLETE] + counts[TrialState.PRUNED]}"
-            + (f"/{self.n_trials}" if self.n_trials else "")
-            + " trials finished"
-        )
-        detail = finished + (f"; {self.end_detail}" if self.end_detail else "")
-        if self.interrupts.count and self.stop_reason not in (INTERRUPTED, TERMINATED):
-            # both signals came while the driver waited for results, before _check_stop saw the first
-            self.stop_reason = INTERRUPTED if self.interrupts.signum == signal.SIGINT else TERMINATED
-        if self.stop_reason in (INTERRUPTED, TERMINATED, STOP_REQUESTED, CONSECUTIVE_FAILURES):
-            return self.stop_reason, detail
-        if not counts[TrialState.COMPLETE]:
-            return NO_COMPLETE_TRIAL, f"{detail}, {counts[TrialState.FAIL]} failed" + (
-                f"; last: {self.last_error}" if self.last_error else ""
-            )
-        return self.stop_reason or BUDGET_REACHED, detail
+        return self.policy.end(Counter(t.state for t in self.study.get_trials(deepcopy=False)))
 
     def _check_stale(self) -> float:
         """Fail the trials of dead drivers; seconds until the next check (the heartbeat interval)."""
@@ -223,7 +180,7 @@ class Dispatcher:
 
     def _fill(self) -> None:
         """Submit trials until the slots are full or the budget's trial slots are all taken."""
-        if self.stopping:
+        if self.policy.stopping:
             return
         while len(self.running) < self.parallelism:
             if not self.slots.claim(self.n_trials or sys.maxsize, self._claimed):
@@ -237,49 +194,6 @@ class Dispatcher:
     def _claimed(self) -> int:
         """Trial slots in use when a study's counter starts: its finished and running trials."""
         return len(self.study.get_trials(deepcopy=False, states=(*DONE, TrialState.RUNNING)))
-
-    def _check_stop(self, started: float) -> None:
-        if self.interrupts.count:
-            if self.stop_reason in (INTERRUPTED, TERMINATED):
-                return
-            reason = INTERRUPTED if self.interrupts.signum == signal.SIGINT else TERMINATED
-            self._stop(
-                reason,
-                f"waiting for {self._trials_in_flight()} running trial(s)"
-                + ("; Ctrl-C again to fail them now" if reason == INTERRUPTED else f" up to {STOP_GRACE:g} s"),
-            )
-            if reason == TERMINATED:
-                self._stop_deadline = time.monotonic() + STOP_GRACE
-        elif self.stopping:
-            return
-        elif self.timeout is not None and time.monotonic() - started >= self.timeout:
-            self._stop(TIMEOUT_REACHED, f"{self.timeout:g} s: finishing running trials, up to {STOP_GRACE:g} s")
-            self._stop_deadline = time.monotonic() + STOP_GRACE
-        elif self._stop_requested():
-            self._stop(STOP_REQUESTED, "finishing running trials")
-        elif self.failed_in_a_row >= max(10, 2 * self.parallelism):
-            self.end_detail = f"last: {self.last_error}"
-            self._stop(CONSECUTIVE_FAILURES, f"{self.failed_in_a_row} in a row; {self.end_detail}")
-
-    def _stop_requested(self) -> bool:
-        """Whether `tlsearch stop` asked this study to stop; read from the store at most every
-        STOP_CHECK_INTERVAL seconds (the driver's loop turns at least once per finished trial)."""
-        now = time.monotonic()
-        if now < self._next_stop_check:
-            return False
-        self._next_stop_check = now + STOP_CHECK_INTERVAL
-        return bool(study_attrs.read(self.study).get(study_attrs.STOP))
-
-    def _stopped_by_study(self) -> None:
-        """`study.stop()`, called by the sampler's `after_trial` (a grid is covered) or an Optuna callback as
-        the driver tells a trial: like `tlsearch stop`, the running trials finish and no more start."""
-        if not self.stopping:
-            grid = isinstance(self.study.sampler, (optuna.samplers.GridSampler, optuna.samplers.BruteForceSampler))
-            self._stop(GRID_EXHAUSTED if grid else STUDY_STOPPED, "finishing running trials")
-
-    def _stop(self, reason: str, detail: str) -> None:
-        self.stop_reason = reason
-        self.progress.note(f"stopping: {reason}; {detail}")
 
     def _submit(self) -> None:
         with warnings.catch_warnings():
@@ -315,7 +229,7 @@ class Dispatcher:
             self._finished.add(task)
         if fixed is not None:
             self.split_trials[trial_id] = fold_tasks.SplitTrial(fixed, tasks)
-        self._beat(trial_id)
+        self.heartbeat.beat(trial_id)
 
     def _fold_shares(self, job: TrialJob) -> tuple[optuna.Trial | None, list[tuple[int, ...]]]:
         """The folds each task of a new trial trains: [()] (one task, all its folds), unless few trials are
@@ -375,14 +289,14 @@ class Dispatcher:
         split = self.split_trials.pop(trial_id, None)
         trial = self.trials.pop(trial_id, None)
         if split is not None and outcome.state == TrialState.COMPLETE:
-            outcome = split.record(self.spec, self._first_attrs())
+            outcome = split.record(self.spec, cv.first_attrs(self.dataset_hash, self.fold_plan_hash, self._n_folds))
         if outcome.state == TrialState.FAIL:
             self._fail(trial_id, outcome)
             self.progress.running = self._trials_in_flight()
-            self.progress.finished(number, TrialState.FAIL, None, self.last_error)
+            self.progress.finished(number, TrialState.FAIL, None, self.policy.last_error)
             run_callbacks(self.spec, self.study, trial_id)
             return
-        self.failed_in_a_row = 0
+        self.policy.trial_finished()
         # The trial object, not its number: telling by number looks its id up in the store (twice).
         self.study.tell(number if trial is None else trial, outcome.values, state=outcome.state, skip_if_finished=True)
         value = outcome.values[0] if outcome.values else None
@@ -437,16 +351,15 @@ class Dispatcher:
                 error = {"error_type": "WorkerKilled", "error_message": f"killed its worker twice: {cause}"}
             else:
                 error = {"error_type": "WorkerKilled", "error_message": f"its worker died under it: {cause}"}
-        self.last_error = f"{error.get('error_type')}: {error.get('error_message')}"
         free = killer is None and error.get("error_type") == "WorkerLost"
         retried = fail_and_retry(self.study, trial_id, error, retries, killed_worker=killer is not None, free=free)
-        if retried is False:
-            self.failed_in_a_row += 1
+        error_line = f"{error.get('error_type')}: {error.get('error_message')}"
+        self.policy.trial_failed(error_line, for_good=retried is False)
 
     def _abandon_running(self, reason: str) -> None:
         """Fail the running trials as `Interrupted`, one line each; their retries wait for the next resume."""
         trials = list(dict.fromkeys(self.running.values()))  # one entry per trial, however many tasks it runs as
-        self.end_detail = f"{len(trials)} running trial(s) failed as Interrupted, retries queued"
+        self.policy.abandoned(len(trials))
         for task in self.running:
             task.cancel()
         self.running, self.split_trials, self.trials, self._started = {}, {}, {}, {}
@@ -460,9 +373,9 @@ class Dispatcher:
     def _trials_in_flight(self) -> int:
         return len(set(self.running.values()))
 
-    def _first_attrs(self) -> dict:
-        """The attributes a trial's first fold stores with its own (`cv.evaluate`)."""
-        return {"dataset_hash": self.dataset_hash, "fold_plan_hash": self.fold_plan_hash, "n_splits": self._n_folds}
+    def _trial_ids_in_flight(self) -> set[int]:
+        """Called from the heartbeat's thread: copies `running`, which the dispatching thread changes meanwhile."""
+        return {trial_id for trial_id, _ in list(self.running.values())}
 
     def _best(self) -> float | None:
         if len(self.study.directions) > 1:
@@ -470,21 +383,6 @@ class Dispatcher:
         with contextlib.suppress(ValueError):
             return self.study.best_value
         return None
-
-    def _heartbeat(self) -> None:
-        interval = compat.heartbeat_interval(compat.storage_of(self.study))
-        while interval and not self._heartbeat_stop.wait(interval):
-            for trial_id in {trial_id for trial_id, _ in list(self.running.values())}:
-                self._beat(trial_id)
-
-    def _beat(self, trial_id: int) -> None:
-        storage = compat.storage_of(self.study)
-        if not compat.heartbeat_interval(storage):
-            return
-        try:
-            storage.record_heartbeat(trial_id)
-        except Exception as error:  # the server may be restarting; the next beat retries
-            log.warning("heartbeat for trial %s failed: %s", trial_id, error)
 
 
 def _task_error(result):

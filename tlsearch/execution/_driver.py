@@ -23,9 +23,10 @@ from tlsearch.config import Settings
 from tlsearch.data import HostCache, ensure_dataset, fold_plan_for
 from tlsearch.errors import TLSearchError
 from tlsearch.execution import _cluster as cluster
-from tlsearch.execution._dispatcher import DONE, EXIT_CODES, NOTHING_TO_DO, Budget, Dispatcher
+from tlsearch.execution._dispatcher import DONE, Budget, Dispatcher
 from tlsearch.execution._guards import DriverLock, Interrupts
 from tlsearch.execution._retries import fail_abandoned_trials
+from tlsearch.execution._stop_policy import EXIT_CODES, NOTHING_TO_DO
 from tlsearch.reading import _study_attrs as study_attrs
 from tlsearch.stores import _study_files as study_files
 from tlsearch.stores._stores import Stores, check_study_name
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class RunResult:
-    """What `drive` returns: the study, why the run ended (one of `dispatcher`'s reasons) and a line saying so."""
+    """What `drive` returns: the study, why the run ended (a key of `EXIT_CODES`) and a line saying so."""
 
     study: optuna.Study
     reason: str
