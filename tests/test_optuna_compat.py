@@ -5,8 +5,13 @@ Also: plain Optuna reads the journal file tlsearch writes."""
 from __future__ import annotations
 
 import ast
+import csv
 import importlib
 import inspect
+import io
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +27,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 def private_imports() -> list[tuple[str, str]]:
     """(module, name): every import of the compatibility module from a private Optuna module or of a private
-    name, read from its source, so the list cannot drift from what the module imports."""
+    name, and every optional internal it takes through `_internal("module", "name", ...)`, read from its
+    source, so the list cannot drift from what the module imports."""
     from tlsearch._compat import optuna as compat
 
     found = []
@@ -30,14 +36,26 @@ def private_imports() -> list[tuple[str, str]]:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "optuna":
             private_module = any(part.startswith("_") for part in node.module.split("."))
             found += [(node.module, a.name) for a in node.names if private_module or a.name.startswith("_")]
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_internal":
+            found.append((node.args[0].value, node.args[1].value))
     return found
+
+
+OPTIONAL_INTERNALS = [
+    ("optuna.samplers._lazy_random_state", "LazyRandomState"),
+    ("optuna.storages._base", "DEFAULT_STUDY_NAME_PREFIX"),
+    ("optuna.study._frozen", "FrozenStudy"),
+    ("optuna.storages._heartbeat", "BaseHeartbeat"),
+    ("optuna.storages.journal._file", "BaseJournalFileLock"),
+    ("optuna.storages.journal._storage", "JournalOperation"),
+]
 
 
 PRIVATE_IMPORTS = private_imports()
 
 
 def test_the_private_imports_are_found():
-    assert ("optuna.samplers._lazy_random_state", "LazyRandomState") in PRIVATE_IMPORTS
+    assert set(OPTIONAL_INTERNALS) <= set(PRIVATE_IMPORTS)
     assert ("optuna.artifacts._protocol", "ArtifactStore") in PRIVATE_IMPORTS  # under TYPE_CHECKING
 
 
@@ -139,7 +157,7 @@ def test_journal_batch_append_replays(tmp_path):
     storage.set_trial_intermediate_value(trial_id, 0, 0.25)
     trial = storage.get_trial(trial_id)
     assert trial.user_attrs == {"a": 1, "b": [2, 3], "c": "x"} and trial.intermediate_values == {0: 0.25}
-    assert compat.journal_file_path(storage) == str(tmp_path / "studies.journal"), "JournalStorage._backend"
+    assert compat.can_batch_journal_writes(storage), "JournalStorage._backend and the other internals"
     assert hasattr(compat.JournalOperation, "SET_TRIAL_USER_ATTR"), "JournalOperation.SET_TRIAL_USER_ATTR"
 
 
@@ -147,7 +165,6 @@ def test_journal_lock_protocol():
     from tlsearch._compat import optuna as compat
 
     assert {"acquire", "release"} <= set(vars(compat.BaseJournalFileLock)), "BaseJournalFileLock"
-    assert list(inspect.signature(compat.get_lock_file).parameters) == ["lock_obj"], "get_lock_file(lock_obj)"
 
 
 @pytest.mark.parametrize(
@@ -201,3 +218,61 @@ def test_latest_trial_has_the_reported_values(tmp_path, monkeypatch, without_the
     trial.report(0.5, 1)
     latest = compat.latest_trial(trial)
     assert latest.number == trial.number and latest.intermediate_values == {0: 0.25, 1: 0.5}
+
+
+# Each module tlsearch looks in is swapped for a copy without the name, so only lookups from outside Optuna miss
+# it: Optuna's own code keeps working, as it would if the name had moved.
+HIDE_OPTIONAL_INTERNALS = """
+import importlib, sys, types
+for module, name in {internals!r}:
+    real = importlib.import_module(module)
+    copy = types.ModuleType(module)
+    copy.__dict__.update({{k: v for k, v in vars(real).items() if k != name}})
+    sys.modules[module] = copy
+"""
+
+
+STUDY = """
+import tlsearch
+from sklearn.tree import DecisionTreeClassifier
+
+study = tlsearch.StudySpec(
+    name="no-internals", dataset="sklearn:iris",
+    space=lambda trial: {"max_depth": trial.suggest_int("max_depth", 1, 6)},
+    model=tlsearch.SklearnModel(lambda p: DecisionTreeClassifier(max_depth=p["max_depth"], random_state=0)),
+    cv=3, metric="accuracy", n_trials=4, seed=0)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("store", ["local", "mongo"])
+def test_a_study_runs_on_an_optuna_without_any_optional_internal(tmp_path, store, request):
+    """As if a new Optuna had moved every optional internal (in the driver and in every worker process): the
+    study still runs to the end and writes every fold's score, and each missing name is named once."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(HIDE_OPTIONAL_INTERNALS.format(internals=OPTIONAL_INTERNALS))
+    (tmp_path / "study.py").write_text(STUDY)
+    where = ["--home", str(tmp_path / "home")]
+    if store == "mongo":
+        where += [
+            "--mongo",
+            request.getfixturevalue("mongo_uri"),
+            "--database",
+            request.getfixturevalue("mongo_db_name"),
+        ]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+
+    def tlsearch(*argv):
+        command = [sys.executable, "-m", "tlsearch", *argv, *where]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+
+    run = tlsearch("run", str(tmp_path / "study.py"), "--workers", "1", "--progress", "off")
+    assert run.returncode == 0, run.stderr[-3000:]
+    driver_warnings = [line for line in run.stderr.splitlines() if "OptunaCompatibilityWarning" in line]
+    for module, name in OPTIONAL_INTERNALS:
+        assert any(f"{module}.{name}:" in line for line in driver_warnings), (name, run.stderr[-3000:])
+    assert run.stderr.count("JournalOperation:") >= 2, "the worker process saw the moved name too"
+    trials = tlsearch("trials", "no-internals", "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(trials.stdout)))
+    assert len(rows) == 4 and all(row["split0_test_score"] for row in rows if row["state"] == "COMPLETE"), trials

@@ -73,7 +73,7 @@ def test_a_kfold_trial_reports_each_fold_with_its_scores(stores):
 def test_a_refused_batch_on_the_journal_is_replayed_past_and_the_store_goes_on(tmp_path, monkeypatch):
     """Every operation of a batch written to a finished trial is refused by the replay; the store replays past
     all of them (one replay each, not a loop that ends only if Optuna counts a refused operation as read)."""
-    from tlsearch.storage import _journal
+    from tlsearch._compat import optuna as compat
 
     path = str(tmp_path / "studies.journal")
     storage = open_journal(path)
@@ -81,8 +81,8 @@ def test_a_refused_batch_on_the_journal_is_replayed_past_and_the_store_goes_on(t
     trial_id = storage.create_new_trial(study_id)
     storage.set_trial_state_values(trial_id, TrialState.COMPLETE, [1.0])
     replays = []
-    replay = _journal.replay_journal
-    monkeypatch.setattr(_journal, "replay_journal", lambda s: replays.append(1) or replay(s))
+    replay = compat.replay_journal
+    monkeypatch.setattr(compat, "replay_journal", lambda s: replays.append(1) or replay(s))
     with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
         storage.set_trial_user_attrs(trial_id, {"a": 1, "b": 2, "c": 3})
     assert len(replays) <= 3
@@ -90,6 +90,6 @@ def test_a_refused_batch_on_the_journal_is_replayed_past_and_the_store_goes_on(t
     storage.set_trial_user_attrs(second, {"d": 4})
     assert open_journal(path).get_trial(second).user_attrs == {"d": 4}
 
-    monkeypatch.setattr(_journal, "replay_journal", lambda s: (_ for _ in ()).throw(KeyError("refused forever")))
+    monkeypatch.setattr(compat, "replay_journal", lambda s: (_ for _ in ()).throw(KeyError("refused forever")))
     with pytest.raises(KeyError, match="refused forever"):
         storage._replay_rejected(3)  # bounded: raises after 3 replays instead of spinning

@@ -1,41 +1,108 @@
 """The one place tlsearch touches Optuna's private API.
 
-Each use says why, and what replaces it if a new Optuna breaks it. tests/test_optuna_compat.py checks every
-name used here against the installed Optuna and fails naming the one that changed; `.ci/run` runs it against
-Optuna's latest release as well as the pinned one.
+Each use says why, and what replaces it if a new Optuna breaks it. The optional internals come through
+`_internal`: where one has moved, what it served is turned off with one `OptunaCompatibilityWarning` and the product
+keeps working. The core ones (a study's storage and ids, reopening a trial by id) have no replacement.
+tests/test_optuna_compat.py checks every name used here against the installed Optuna and fails naming the one that
+changed, and runs a study with every optional internal removed; `.ci/optuna-latest` runs it against Optuna's latest
+release.
 """
 
 from __future__ import annotations
 
+import importlib
 import random
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optuna
 
-# The lazily created random state of Optuna's samplers, to seed each trial's copy of the study's sampler. If it
-# moves: `sampler.reseed_rng()` (public, fresh entropy: the per-trial draws are then not reproducible).
-from optuna.samplers._lazy_random_state import LazyRandomState
-
-# A storage implementation needs these: the prefix of generated study names (`optuna.storages._base`; if it moves:
-# copy its value, "no-name-") and the study snapshot `get_all_studies` returns (`optuna.study._frozen`; no public
-# path). MongoStorage also implements `BaseHeartbeat._get_stale_trial_ids`, the abstract method heartbeats need.
-from optuna.storages._base import DEFAULT_STUDY_NAME_PREFIX
-
-# Optuna's heartbeat base class (RDBStorage, GrpcStorageProxy, MongoStorage): the public
-# `optuna.storages.fail_stale_trials` checks the same. If it moves: `hasattr(storage, "record_heartbeat")`.
-from optuna.storages._heartbeat import BaseHeartbeat
-
-# The journal's file lock protocol, to queue writers in the kernel (QueuedJournalLock). If it moves: use
-# `optuna.storages.journal.JournalFileSymlinkLock` as is (slower under many concurrent writers).
-from optuna.storages.journal._file import BaseJournalFileLock, get_lock_file
-
-# The journal's operation codes, to write several operations in one append (batched user attributes).
-# If it moves: drop the batching and write through `storage.set_trial_user_attr` one at a time.
-from optuna.storages.journal._storage import JournalOperation
-from optuna.study._frozen import FrozenStudy
-
 from tlsearch import _pickling
+
+
+class OptunaCompatibilityWarning(UserWarning):
+    """An Optuna internal tlsearch uses is not where it was: what it served is off, and the warning says what."""
+
+
+class _Absent:
+    """Stands in for a class the installed Optuna lacks: nothing is an instance of it."""
+
+
+def _internal(module: str, name: str, *, without: str, fallback: Any) -> Any:
+    """`module.name` from Optuna's private API, else `fallback` and one warning saying what is off `without` it:
+    a moved internal turns its optimisation off and leaves the product working."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        warnings.warn(
+            f"Optuna {optuna.__version__} has no {module}.{name}: {without}", OptunaCompatibilityWarning, stacklevel=2
+        )
+        return fallback
+
+
+class _StudySnapshot:
+    """The fields of Optuna's `FrozenStudy` that its tools read, where the installed Optuna has none."""
+
+    def __init__(self, study_name, direction, user_attrs, system_attrs, study_id, *, directions=None) -> None:
+        self.study_name, self.user_attrs, self.system_attrs = study_name, user_attrs, system_attrs
+        self._study_id = study_id
+        self._directions = list(directions) if directions is not None else [direction]
+
+    @property
+    def direction(self) -> optuna.study.StudyDirection:
+        if len(self._directions) > 1:
+            raise RuntimeError("a multi-objective study has directions, not one direction")
+        return self._directions[0]
+
+    @property
+    def directions(self) -> list[optuna.study.StudyDirection]:
+        return self._directions
+
+
+# The lazily created random state of Optuna's samplers, to seed each trial's copy of the study's sampler.
+LazyRandomState = _internal(
+    "optuna.samplers._lazy_random_state",
+    "LazyRandomState",
+    without="a trial's parameters are not reproducible from its seed (its sampler copy gets fresh entropy)",
+    fallback=_Absent,
+)
+# The prefix of generated study names.
+DEFAULT_STUDY_NAME_PREFIX = _internal(
+    "optuna.storages._base",
+    "DEFAULT_STUDY_NAME_PREFIX",
+    without="generated study names start 'no-name-'",
+    fallback="no-name-",
+)
+# The study snapshot a storage's `get_all_studies` returns (no public path).
+FrozenStudy = _internal(
+    "optuna.study._frozen",
+    "FrozenStudy",
+    without="MongoDB's get_all_studies returns a stand-in with its fields",
+    fallback=_StudySnapshot,
+)
+# Optuna's heartbeat base class (RDBStorage, GrpcStorageProxy, MongoStorage), which Optuna's own
+# `fail_stale_trials` and `optimize` look for; tlsearch itself finds heartbeats by `get_heartbeat_interval`.
+BaseHeartbeat = _internal(
+    "optuna.storages._heartbeat",
+    "BaseHeartbeat",
+    without="Optuna's own fail_stale_trials does not see MongoDB's heartbeats (tlsearch's own sweep still does)",
+    fallback=_Absent,
+)
+# The journal's file lock protocol, which tlsearch's queued lock declares.
+BaseJournalFileLock = _internal(
+    "optuna.storages.journal._file",
+    "BaseJournalFileLock",
+    without="tlsearch's journal lock no longer declares Optuna's lock protocol (it works the same)",
+    fallback=_Absent,
+)
+# The journal's operation codes, to write several operations in one append (batched user attributes).
+JournalOperation = _internal(
+    "optuna.storages.journal._storage",
+    "JournalOperation",
+    without="a trial's user attributes are written to the journal one append each, not batched",
+    fallback=None,
+)
 
 if TYPE_CHECKING:  # the artifact store protocol, for annotations only (no public path)
     from optuna.artifacts._protocol import ArtifactStore as ArtifactStore  # re-exported for annotations
@@ -47,10 +114,10 @@ __all__ = [
     "FrozenStudy",
     "JournalOperation",
     "LazyRandomState",
+    "OptunaCompatibilityWarning",
     "append_journal_operations",
-    "get_lock_file",
+    "can_batch_journal_writes",
     "heartbeat_interval",
-    "journal_file_path",
     "latest_trial",
     "open_trial",
     "replay_journal",
@@ -110,8 +177,10 @@ def latest_trial(trial: optuna.Trial) -> optuna.trial.FrozenTrial:
 
 
 def heartbeat_interval(storage: optuna.storages.BaseStorage) -> float | None:
-    """Seconds between heartbeats, or None where the storage keeps none."""
-    return storage.get_heartbeat_interval() if isinstance(storage, BaseHeartbeat) else None
+    """Seconds between heartbeats, or None where the storage keeps none (Optuna's storages with heartbeats and
+    MongoStorage have `get_heartbeat_interval`; the journal has not)."""
+    get_interval = getattr(storage, "get_heartbeat_interval", None)
+    return get_interval() if callable(get_interval) else None
 
 
 def stale_trial_ids(storage: optuna.storages.BaseStorage, study_id: int) -> list[int]:
@@ -127,16 +196,29 @@ def stale_trial_ids(storage: optuna.storages.BaseStorage, study_id: int) -> list
     return storage._get_stale_trial_ids(study_id)
 
 
-def journal_file_path(storage: optuna.storages.JournalStorage) -> str:
-    """The file behind a journal storage (`JournalStorage._backend._file_path`), to keep a side file beside it.
-    If it breaks: pass the path along with the storage (tlsearch opens the journal by path)."""
-    return storage._backend._file_path
+_JOURNAL_INTERNALS = ("_thread_lock", "_replay_result", "_backend", "_sync_with_backend")
+
+
+def can_batch_journal_writes(storage: optuna.storages.JournalStorage) -> bool:
+    """Whether `append_journal_operations` works with the installed Optuna; if not, one warning says so and the
+    caller writes through the public setters."""
+    missing = [name for name in _JOURNAL_INTERNALS if not hasattr(storage, name)]
+    if JournalOperation is not None and not missing:
+        return True
+    if missing:
+        warnings.warn(
+            f"Optuna {optuna.__version__}'s JournalStorage has no {', '.join(missing)}: a trial's user attributes "
+            "are written to the journal one append each, not batched",
+            OptunaCompatibilityWarning,
+            stacklevel=2,
+        )
+    return False
 
 
 def append_journal_operations(storage: optuna.storages.JournalStorage, operations: list[dict[str, Any]]) -> None:
     """Append several journal operations in one locked, synced write, then replay them, as each public setter
-    does for one (`_thread_lock`, `_replay_result.worker_id`, `_backend`, `_sync_with_backend`). If it breaks:
-    drop the batching (call the public setters one by one)."""
+    does for one (`_thread_lock`, `_replay_result.worker_id`, `_backend`, `_sync_with_backend`); only where
+    `can_batch_journal_writes(storage)`."""
     with storage._thread_lock:
         worker_id = storage._replay_result.worker_id
         storage._backend.append_logs([{**operation, "worker_id": worker_id} for operation in operations])

@@ -6,21 +6,16 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages.journal import BaseJournalBackend, JournalFileSymlinkLock
 
-from tlsearch._compat.optuna import (
-    BaseJournalFileLock,
-    JournalOperation,
-    append_journal_operations,
-    get_lock_file,
-    journal_file_path,
-    replay_journal,
-)
+from tlsearch._compat import optuna as compat
+from tlsearch._compat.optuna import BaseJournalFileLock, JournalOperation
 from tlsearch.errors import JournalDamagedError
 from tlsearch.storage._slots import claim_in_file, release_in_file
 
@@ -35,10 +30,19 @@ except ImportError:  # Windows: Optuna's own lock alone
 class JournalStorage(optuna.storages.JournalStorage):
     """`optuna.storages.JournalStorage` plus tlsearch's extensions (`tlsearch.storage._extensions`): a batched
     write, `set_trial_user_attrs`, that appends several operations in one locked, synced write instead of one
-    each (a k-fold trial stores a dozen attributes, a few per fold), and trial slots in a counter file."""
+    each (a k-fold trial stores a dozen attributes, a few per fold), and trial slots in a counter file beside
+    the journal file."""
+
+    def __init__(self, backend: CrashTolerantJournalFile) -> None:
+        super().__init__(backend)
+        self.file_path = backend.file_path
 
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
-        self._append(self._user_attr_logs(trial_id, attrs))
+        if compat.can_batch_journal_writes(self):
+            self._append(self._user_attr_logs(trial_id, attrs))
+        else:
+            for key, value in attrs.items():
+                self.set_trial_user_attr(trial_id, key, value)
 
     def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> bool:
         return claim_in_file(self._slot_counter_path(study_id), limit, claimed)
@@ -48,7 +52,7 @@ class JournalStorage(optuna.storages.JournalStorage):
 
     def _slot_counter_path(self, study_id: int) -> str:
         # A counter file under an exclusive flock beside the journal file (tlsearch.storage._slots).
-        return f"{journal_file_path(self)}.slots-{study_id}"
+        return f"{self.file_path}.slots-{study_id}"
 
     @staticmethod
     def _user_attr_logs(trial_id: int, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -62,7 +66,7 @@ class JournalStorage(optuna.storages.JournalStorage):
         if not logs:
             return
         try:
-            append_journal_operations(self, logs)  # replaying them raises if the trial is finished or missing
+            compat.append_journal_operations(self, logs)  # replaying them raises if the trial is finished or missing
         except (KeyError, UpdateFinishedTrialError):
             self._replay_rejected(len(logs))
             raise
@@ -74,11 +78,11 @@ class JournalStorage(optuna.storages.JournalStorage):
         moving past what it refused, and raises."""
         for _ in range(n_operations):
             try:
-                replay_journal(self)
+                compat.replay_journal(self)
                 return
             except (KeyError, UpdateFinishedTrialError):
                 continue
-        replay_journal(self)
+        compat.replay_journal(self)
 
 
 class QueuedJournalLock(BaseJournalFileLock):
@@ -121,6 +125,15 @@ class QueuedJournalLock(BaseJournalFileLock):
             os.close(self._held.fd)  # closing the file releases its flock
 
 
+@contextmanager
+def _held(lock: BaseJournalFileLock) -> Iterator[None]:
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 class CrashTolerantJournalFile(BaseJournalBackend):
     """Optuna's journal file format (one JSON operation a line, as `JournalFileBackend` writes it), surviving a
     writer killed mid-append.
@@ -131,13 +144,13 @@ class CrashTolerantJournalFile(BaseJournalBackend):
     """
 
     def __init__(self, file_path: str, lock_obj: BaseJournalFileLock | None = None) -> None:
-        self._file_path = file_path
+        self.file_path = file_path
         self._lock = lock_obj or JournalFileSymlinkLock(file_path)
         open(file_path, "ab").close()
         self._log_number_offset: dict[int, int] = {0: 0}  # byte offset of each line read so far
 
     def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
-        with open(self._file_path, "rb") as f:
+        with open(self.file_path, "rb") as f:
             offsets = self._log_number_offset
             # Usually a line already read: a scan of every offset on every sync grew with the journal.
             log_number = (
@@ -149,7 +162,7 @@ class CrashTolerantJournalFile(BaseJournalBackend):
                     log.warning(
                         "journal file %s: ignoring a cut-off last line (a process stopped while writing "
                         "it); the next write removes it",
-                        self._file_path,
+                        self.file_path,
                     )
                     return
                 self._log_number_offset[log_number + 1] = self._log_number_offset[log_number] + len(line)
@@ -158,10 +171,10 @@ class CrashTolerantJournalFile(BaseJournalBackend):
                 log_number += 1
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
-        with get_lock_file(self._lock):
+        with _held(self._lock):
             self._cut_partial_last_line()
             text = "".join(json.dumps(entry, separators=(",", ":")) + "\n" for entry in logs)
-            with open(self._file_path, "ab") as f:
+            with open(self.file_path, "ab") as f:
                 f.write(text.encode("utf-8"))
                 f.flush()
                 os.fsync(f.fileno())
@@ -173,13 +186,13 @@ class CrashTolerantJournalFile(BaseJournalBackend):
             entry = None
         if not isinstance(entry, dict) or "op_code" not in entry:
             raise JournalDamagedError(
-                f"journal file {self._file_path} is damaged at line {log_number + 1} ({line[:60]!r}): restore it "
+                f"journal file {self.file_path} is damaged at line {log_number + 1} ({line[:60]!r}): restore it "
                 "from a backup, or delete that line to lose the operation it held"
             )
         return entry
 
     def _cut_partial_last_line(self) -> None:
-        with open(self._file_path, "rb+") as f:
+        with open(self.file_path, "rb+") as f:
             size = f.seek(0, os.SEEK_END)
             if size == 0:
                 return
@@ -197,7 +210,7 @@ class CrashTolerantJournalFile(BaseJournalBackend):
                     break
                 keep = start
             f.truncate(keep)
-            log.warning("journal file %s: removed a cut-off last line of %d bytes", self._file_path, size - keep)
+            log.warning("journal file %s: removed a cut-off last line of %d bytes", self.file_path, size - keep)
 
 
 def open_journal(path: str) -> JournalStorage:
