@@ -67,9 +67,9 @@ def test_runs_docstring_documents_every_parameter():
     assert documented == set(inspect.signature(tlsearch.run).parameters)
 
 
-def test_settings_and_the_keywords_it_resolves_are_not_both_given(tmp_path):
-    with pytest.raises(TypeError, match="give settings= or mongo=, database=, home=, not both"):
-        tlsearch.drive(None, settings=tlsearch.Settings(), home=tmp_path)
+def test_stores_and_the_keywords_that_select_stores_are_not_both_given(tmp_path):
+    with pytest.raises(TypeError, match="give stores= or mongo=, database=, home=, not both"):
+        tlsearch.drive(None, stores=tlsearch.Stores(home=tmp_path), home=tmp_path)
 
 
 @pytest.mark.slow

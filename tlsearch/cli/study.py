@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from tlsearch.cli import echo, seconds, stores_of, study_name, tls_options
+from tlsearch.cli import echo, seconds, security_of, stores_of, study_name, tls_options
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +130,10 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
     stores = stores_of(args)
     result = driver.drive(
         spec,
-        settings=args.settings,
         stores=stores,
+        # The command line's scheduler and TLS options over the other layers' (`--workers` asks for a local cluster).
+        scheduler=args.settings.scheduler_address() if args.workers is None else None,
+        security=security_of(args),
         n_workers=args.workers,
         parallelism=args.parallelism,
         n_trials=args.n_trials,

@@ -63,7 +63,6 @@ def run(
     mongo: str | None = None,
     database: str | None = None,
     home: str | os.PathLike | None = None,
-    settings: Settings | None = None,
     stores: Stores | None = None,
     client: distributed.Client | None = None,
     scheduler: str | None = None,
@@ -84,15 +83,15 @@ def run(
 
     Args:
         spec: The study to run (`tlsearch.StudySpec`, e.g. from `tlsearch.load_study_file`).
-        mongo: The MongoDB URI of the stores; default: the settings' (config file, `TLSEARCH_MONGO`), else the
-            embedded default (a journal file and local folders under `home`).
+        mongo: The MongoDB URI of the stores; default: the settings' (`TLSEARCH_MONGO_URI`, the config file),
+            else the embedded default (a journal file and local folders under `home`).
         database: The MongoDB database; default: the settings'.
         home: The embedded default's folder; default: the settings'.
-        settings: `tlsearch.Settings` resolved already, instead of `mongo`, `database` and `home` (giving both
-            is a TypeError); also the default scheduler and TLS files.
-        stores: The stores opened already (`tlsearch.stores.Stores`), instead of those the settings select.
+        stores: Stores built already (`tlsearch.Stores`, e.g. with another heartbeat interval), instead
+            of `mongo`, `database` and `home` (giving both is a TypeError).
         client: A Dask client to run the trials on, as given.
-        scheduler: The address of a Dask scheduler to connect to (when no `client`).
+        scheduler: The address of a Dask scheduler to connect to (when no `client`); default: the settings'
+            (`TLSEARCH_SCHEDULER`, `TLSEARCH_SCHEDULER_FILE`, the config file) unless `n_workers` is given.
         n_workers: The worker processes of a new LocalCluster on 127.0.0.1 (default: one per core), when no
             `client`, `scheduler` or settings' scheduler.
         security: Dask TLS (`tlsearch.execution.tls_security`); default: the settings' TLS files.
@@ -117,7 +116,6 @@ def run(
         mongo=mongo,
         database=database,
         home=home,
-        settings=settings,
         stores=stores,
         client=client,
         scheduler=scheduler,
@@ -140,7 +138,6 @@ def drive(
     mongo: str | None = None,
     database: str | None = None,
     home: str | os.PathLike | None = None,
-    settings: Settings | None = None,
     stores: Stores | None = None,
     client: distributed.Client | None = None,
     scheduler: str | None = None,
@@ -164,9 +161,9 @@ def drive(
     study is created.
     """
     _refuse_spawned_import()
-    if settings is not None and (mongo, database, home) != (None, None, None):
-        raise TypeError("give settings= or mongo=, database=, home=, not both")
-    settings = settings or Settings.resolve(mongo=mongo, database=database, home=home)
+    if stores is not None and (mongo, database, home) != (None, None, None):
+        raise TypeError("give stores= or mongo=, database=, home=, not both")
+    settings = Settings.resolve(mongo=mongo, database=database, home=home)
     stores = stores or Stores.of(settings)
     where = _with_settings(cluster.ClusterOptions(client, scheduler, n_workers, security), settings)
     budget = Budget(
