@@ -1,4 +1,7 @@
-"""One trial, k folds (scikit-learn and custom loops; Keras is in test_models.py): results, pruning, failures."""
+"""One trial, k folds (scikit-learn and custom loops; Keras is in test_models.py): results, pruning, failures.
+
+Each trial runs as in production: a study on the embedded default bound to its dataset and fold plan by the
+driver, evaluated as a worker evaluates it (tests/stored_study.py), its folds the host cache's."""
 
 from __future__ import annotations
 
@@ -12,9 +15,11 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import make_scorer, mean_absolute_error
 from sklearn.model_selection import KFold, StratifiedKFold, cross_validate
 
-from tlsearch.cv._evaluate import AutoKFold, describe_failure, evaluate, is_infrastructure_error
+from tests.stored_study import StoredStudy
+from tlsearch.cv._evaluate import AutoKFold, describe_failure, is_infrastructure_error
 from tlsearch.cv._pruners import KFoldPruner
 from tlsearch.errors import InvalidSpaceError, NonFiniteLossError, NonFiniteScoreError
+from tlsearch.reading import _study_attrs as study_attrs
 from tlsearch.seeds import derive_seed
 from tlsearch.spec._spec import CustomLoop, SklearnModel, StudySpec
 
@@ -25,27 +30,8 @@ def logistic(params):
     return LogisticRegression(C=params["C"], max_iter=3000)
 
 
-def memory_study(spec):
-    """An in-memory study as the driver opens one (name, directions, sampler, pruner)."""
-    return optuna.create_study(
-        study_name=spec.name, directions=list(spec.directions_), sampler=spec.sampler_, pruner=spec.pruner_
-    )
-
-
-def run(spec, arrays, study=None, **kwargs):
-    """Ask a trial of an in-memory study, evaluate it, tell the result; return the frozen trial."""
-    study = study or memory_study(spec)
-    folds = list(spec.cv_.split(arrays["X"], arrays["y"], arrays.get("groups")))
-    trial = study.ask()
-    try:
-        study.tell(trial, evaluate(trial, spec, arrays, folds, **kwargs))
-    except optuna.TrialPruned:
-        study.tell(trial, state=TrialState.PRUNED)
-    return study.trials[trial.number]
-
-
 @pytest.mark.slow
-def test_fold_scores_equal_cross_validate(digits):
+def test_fold_scores_equal_cross_validate(digits, tmp_path):
     splitter = StratifiedKFold(4, shuffle=True, random_state=3)
     spec = StudySpec(
         name="exact",
@@ -56,7 +42,8 @@ def test_fold_scores_equal_cross_validate(digits):
         metric="f1_macro",
         return_train_score=True,
     )
-    trial = run(spec, digits, dataset_hash="d" * 64, fold_plan_hash="f" * 64)
+    stored = StoredStudy(spec, tmp_path)
+    trial = stored.trial()
     expected = cross_validate(
         LogisticRegression(C=0.3, max_iter=3000),
         np.asarray(digits["X"]),
@@ -74,7 +61,8 @@ def test_fold_scores_equal_cross_validate(digits):
     assert attrs["std_test_score"] == pytest.approx(np.std(expected["test_score"]), abs=1e-12)
     assert attrs["mean_train_score"] == pytest.approx(np.mean(expected["train_score"]), abs=1e-12)
     assert trial.value == attrs["mean_test_score"]
-    assert attrs["dataset_hash"] == "d" * 64 and attrs["fold_plan_hash"] == "f" * 64
+    assert attrs["dataset_hash"] == stored.attrs[study_attrs.DATASET_HASH]
+    assert attrs["fold_plan_hash"] == stored.attrs[study_attrs.FOLD_PLAN]
     assert attrs["n_splits"] == 4 and attrs["n_folds_run"] == 4
     for key in ("mean_fit_time", "std_fit_time", "mean_score_time", "std_score_time"):
         assert attrs[key] >= 0
@@ -82,7 +70,7 @@ def test_fold_scores_equal_cross_validate(digits):
     assert [trial.intermediate_values[k] for k in range(4)] == pytest.approx(running, abs=1e-12)
 
 
-def test_default_scoring_and_callable_scorer_equal_cross_validate():
+def test_default_scoring_and_callable_scorer_equal_cross_validate(tmp_path):
     X, y = load_iris(return_X_y=True)
     splitter = KFold(3, shuffle=True, random_state=0)
     scorer = make_scorer(mean_absolute_error, greater_is_better=False)
@@ -93,7 +81,7 @@ def test_default_scoring_and_callable_scorer_equal_cross_validate():
         model=SklearnModel(lambda p: Ridge(alpha=p["alpha"])),
         cv=splitter,
     )
-    trial = run(spec, {"X": X, "y": y})
+    trial = StoredStudy(spec, tmp_path).trial()
     expected = cross_validate(Ridge(alpha=2.0), X, y, cv=splitter)["test_score"]  # scoring=None: estimator.score
     assert [trial.user_attrs[f"split{k}_test_score"] for k in range(3)] == pytest.approx(expected, abs=1e-12)
     spec = StudySpec(
@@ -104,14 +92,14 @@ def test_default_scoring_and_callable_scorer_equal_cross_validate():
         cv=splitter,
         metric=scorer,
     )
-    trial = run(spec, {"X": X, "y": y})
+    trial = StoredStudy(spec, tmp_path).trial()
     expected = cross_validate(Ridge(alpha=2.0), X, y, cv=splitter, scoring=scorer)["test_score"]
     assert [trial.user_attrs[f"split{k}_test_score"] for k in range(3)] == pytest.approx(expected, abs=1e-12)
     assert spec.directions_ == ("maximize",)
 
 
 @pytest.mark.slow
-def test_multi_objective_names_results_by_metric(digits):
+def test_multi_objective_names_results_by_metric(digits, tmp_path):
     splitter = StratifiedKFold(3, shuffle=True, random_state=0)
     spec = StudySpec(
         name="multi",
@@ -122,7 +110,7 @@ def test_multi_objective_names_results_by_metric(digits):
         metric=["accuracy", "neg_log_loss"],
         direction=["maximize", "maximize"],
     )
-    trial = run(spec, digits)
+    trial = StoredStudy(spec, tmp_path).trial()
     expected = cross_validate(
         logistic({"C": 0.1}),
         np.asarray(digits["X"]),
@@ -143,7 +131,7 @@ def choose_model(params):
 
 
 @pytest.mark.slow
-def test_hopeless_trial_is_pruned_after_its_first_fold(digits):
+def test_hopeless_trial_is_pruned_after_its_first_fold(tmp_path):
     spec = StudySpec(
         name="prune",
         dataset="sklearn:digits",
@@ -152,12 +140,12 @@ def test_hopeless_trial_is_pruned_after_its_first_fold(digits):
         pruner=KFoldPruner(n_startup_trials=3),
         cv=4,
     )
-    study = memory_study(spec)
+    stored = StoredStudy(spec, tmp_path)
     for model in ("good", "good", "good", "dummy"):
-        study.enqueue_trial({"model": model})
-    good = [run(spec, digits, study) for _ in range(3)]
+        stored.study.enqueue_trial({"model": model})
+    good = [stored.trial() for _ in range(3)]
     assert all(trial.state == TrialState.COMPLETE for trial in good)
-    hopeless = run(spec, digits, study)
+    hopeless = stored.trial()
     assert hopeless.state == TrialState.PRUNED
     assert list(hopeless.intermediate_values) == [0]
     attrs = hopeless.user_attrs
@@ -168,7 +156,7 @@ def test_hopeless_trial_is_pruned_after_its_first_fold(digits):
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
-def test_wilcoxon_pruner_gets_each_fold_score(digits):
+def test_wilcoxon_pruner_gets_each_fold_score(tmp_path):
     spec = StudySpec(
         name="wilcoxon",
         dataset="sklearn:digits",
@@ -177,7 +165,7 @@ def test_wilcoxon_pruner_gets_each_fold_score(digits):
         pruner=optuna.pruners.WilcoxonPruner(),
         cv=3,
     )
-    trial = run(spec, digits)
+    trial = StoredStudy(spec, tmp_path).trial()
     assert [trial.intermediate_values[k] for k in range(3)] == [
         trial.user_attrs[f"split{k}_test_score"] for k in range(3)
     ]
@@ -187,28 +175,30 @@ class WeightRecorder(LogisticRegression):
     seen: list = []
 
     def fit(self, X, y, sample_weight=None):
-        WeightRecorder.seen.append((len(X), None if sample_weight is None else len(sample_weight)))
+        WeightRecorder.seen.append((len(X), sample_weight))
         return super().fit(X, y, sample_weight=sample_weight)
 
 
-def test_sample_weight_and_groups_are_used():
+def test_sample_weight_and_groups_are_used(tmp_path):
+    """A dataset pushed with groups and sample weights: each fold trains on whole groups, with the weights."""
     X, y = load_iris(return_X_y=True)
-    arrays = {"X": X, "y": y, "sample_weight": np.ones(len(y)), "groups": np.arange(len(y)) // 10}
+    groups = np.arange(len(y)) // 10
+    arrays = {"X": X, "y": y, "sample_weight": groups + 1.0, "groups": groups}  # weight: which group a row is
     spec = StudySpec(
         name="weights",
-        dataset="sklearn:iris",
+        dataset="iris-weighted",
         space={},
         cv=3,
         model=SklearnModel(lambda p: WeightRecorder(max_iter=1000)),
     )
     WeightRecorder.seen.clear()
-    run(spec, arrays)
-    assert len(WeightRecorder.seen) == 3 and all(n == w for n, w in WeightRecorder.seen)
-    for train, valid in spec.cv_.split(X, y, arrays["groups"]):
-        assert not set(arrays["groups"][train]) & set(arrays["groups"][valid])
+    StoredStudy(spec, tmp_path, arrays).trial()
+    assert len(WeightRecorder.seen) == 3 and all(n == len(w) for n, w in WeightRecorder.seen)
+    held_out = [set(groups) - {int(w) - 1 for w in weights} for _, weights in WeightRecorder.seen]
+    assert sorted(g for fold in held_out for g in fold) == sorted(set(groups)), held_out  # each group once
 
 
-def test_custom_loop_gets_fold_arrays_and_reports_a_curve(digits):
+def test_custom_loop_gets_fold_arrays_and_reports_a_curve(tmp_path):
     seen = []
 
     def loop(params, fold, report):
@@ -218,7 +208,7 @@ def test_custom_loop_gets_fold_arrays_and_reports_a_curve(digits):
         return float(len(fold.y_validation))
 
     spec = StudySpec(name="custom", dataset="sklearn:digits", space={}, model=CustomLoop(loop), cv=3)
-    trial = run(spec, digits)
+    trial = StoredStudy(spec, tmp_path).trial()
     assert [index for index, *_ in seen] == [0, 1, 2]
     assert sum(valid_shape[0] for _, _, _, valid_shape, _ in seen) == 1797
     assert trial.user_attrs["split1_curve"] == [[0, 0.0], [1, 0.1], [2, 0.2]]
@@ -228,7 +218,7 @@ def test_custom_loop_gets_fold_arrays_and_reports_a_curve(digits):
     assert len({s[1] for s in seen}) == 3
 
 
-def test_a_custom_loop_reading_the_old_fold_names_still_works_with_a_warning(digits):
+def test_a_custom_loop_reading_the_old_fold_names_still_works_with_a_warning(tmp_path):
     def loop(params, fold, report):
         return float(len(fold.y_valid) + 0 * fold.x_valid.shape[0])
 
@@ -236,26 +226,23 @@ def test_a_custom_loop_reading_the_old_fold_names_still_works_with_a_warning(dig
     with pytest.warns(
         DeprecationWarning, match=r"Fold.y_valid is deprecated and removed in tlsearch 3\.0: use Fold.y_validation"
     ):
-        trial = run(spec, digits)
+        trial = StoredStudy(spec, tmp_path).trial()
     assert trial.value == pytest.approx(1797 / 3)
 
 
-def test_non_finite_score_fails_the_trial(digits):
+def test_non_finite_score_fails_the_trial(tmp_path):
     spec = StudySpec(name="nan", dataset="sklearn:digits", space={}, model=CustomLoop(lambda p, f, r: float("nan")))
-    study = memory_study(spec)
-    trial = study.ask()
     with pytest.raises(NonFiniteScoreError, match="fold 0: test score is nan"):
-        evaluate(trial, spec, digits, list(spec.cv_.split(digits["X"], digits["y"])))
+        StoredStudy(spec, tmp_path).evaluate()
 
 
-def test_errors_in_user_code_propagate_and_are_described(digits):
+def test_errors_in_user_code_propagate_and_are_described(tmp_path):
     def broken_factory(params):
         raise ValueError("no such kernel: 'rbff'")
 
     spec = StudySpec(name="broken", dataset="sklearn:digits", space={}, model=SklearnModel(broken_factory))
-    trial = memory_study(spec).ask()
     with pytest.raises(ValueError) as raised:
-        evaluate(trial, spec, digits, list(spec.cv_.split(digits["X"], digits["y"])))
+        StoredStudy(spec, tmp_path).evaluate()
     description = describe_failure(raised.value)
     assert description["error_type"] == "ValueError"
     assert description["error_message"] == "no such kernel: 'rbff'"
@@ -264,7 +251,7 @@ def test_errors_in_user_code_propagate_and_are_described(digits):
 
     spec = StudySpec(name="not-a-dict", dataset="sklearn:digits", space=lambda t: 3, model=SklearnModel(logistic))
     with pytest.raises(InvalidSpaceError, match="returned int"):
-        evaluate(memory_study(spec).ask(), spec, digits, [])
+        StoredStudy(spec, tmp_path).evaluate()
 
 
 class ResourceExhaustedError(Exception):

@@ -15,7 +15,6 @@ from sklearn.neighbors import KNeighborsClassifier
 
 from search_spaces.mlp import make_mlp
 from search_spaces.optimizers import compile_model
-from tests.test_cv import memory_study
 from tlsearch.cv._evaluate import describe_failure, evaluate
 from tlsearch.errors import NonFiniteLossError
 from tlsearch.models import _fold_random, _keras, _keras_reuse
@@ -32,6 +31,13 @@ SMALL_MLP = {
 def build_mlp(params, input_shape, n_classes):
     model = make_mlp(params["mlp"], input_shape, n_classes, rescale=1 / 16)
     return compile_model(model, params["optimizer"], n_classes)
+
+
+def memory_study(spec):
+    """An in-memory study as the driver opens one (name, directions, sampler, pruner)."""
+    return optuna.create_study(
+        study_name=spec.name, directions=list(spec.directions_), sampler=spec.sampler_, pruner=spec.pruner_
+    )
 
 
 def run(spec, arrays):

@@ -78,26 +78,7 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
     started = time.perf_counter()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     try:
-        trial = open_trial(spec, job.stores.study_storage(), job.study_name, job.trial_id, job.seed)
-        dataset = _open_dataset(job.stores, job.dataset_ref, job.dataset_hash)
-        rows = _fold_rows(spec, dataset, _fold_plan(job.stores, job.fold_plan_hash))
-        if job.folds:
-            results = cv.evaluate_folds(
-                trial, spec, dataset.arrays, rows, job.folds, worker=worker, placement=_placement(worker)
-            )
-            return TrialOutcome(
-                TrialState.COMPLETE, folds=results, worker=worker, seconds=time.perf_counter() - started
-            )
-        values = cv.evaluate(
-            trial,
-            spec,
-            dataset.arrays,
-            rows,
-            dataset_hash=job.dataset_hash,
-            fold_plan_hash=job.fold_plan_hash,
-            artifact_store=job.stores.artifact_store() if spec.keep_predictions else None,
-            placement=_placement(worker),
-        )
+        result = evaluate_trial(job, spec, worker)
     except optuna.TrialPruned:
         return TrialOutcome(TrialState.PRUNED, worker=worker, seconds=time.perf_counter() - started)
     except Exception as error:  # the trial failed; the study goes on (the driver records why)
@@ -108,8 +89,32 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
             worker=worker,
             seconds=time.perf_counter() - started,
         )
-    values = [float(values)] if np.isscalar(values) else [float(v) for v in values]
+    if job.folds:
+        return TrialOutcome(TrialState.COMPLETE, folds=result, worker=worker, seconds=time.perf_counter() - started)
+    values = [float(result)] if np.isscalar(result) else [float(v) for v in result]
     return TrialOutcome(TrialState.COMPLETE, values, worker=worker, seconds=time.perf_counter() - started)
+
+
+def evaluate_trial(job: TrialJob, spec, worker: str = ""):
+    """Open `job`'s trial, dataset and folds as a worker does, and evaluate it: the trial's value(s) (`cv.evaluate`),
+    or with `job.folds` those folds' results by fold index (`cv.evaluate_folds`). `optuna.TrialPruned` and the
+    trial's own errors propagate."""
+    trial = open_trial(spec, job.stores.study_storage(), job.study_name, job.trial_id, job.seed)
+    dataset = _open_dataset(job.stores, job.dataset_ref, job.dataset_hash)
+    rows = _fold_rows(spec, dataset, _fold_plan(job.stores, job.fold_plan_hash))
+    placement = _placement(worker) if worker else None
+    if job.folds:
+        return cv.evaluate_folds(trial, spec, dataset.arrays, rows, job.folds, worker=worker, placement=placement)
+    return cv.evaluate(
+        trial,
+        spec,
+        dataset.arrays,
+        rows,
+        dataset_hash=job.dataset_hash,
+        fold_plan_hash=job.fold_plan_hash,
+        artifact_store=job.stores.artifact_store() if spec.keep_predictions else None,
+        placement=placement,
+    )
 
 
 def _placement(worker: str) -> dict[str, str]:
