@@ -12,8 +12,9 @@ from tlsearch._compat import optuna as compat
 from tlsearch.execution import _driver as driver
 from tlsearch.execution import _trial_task as trial_task
 from tlsearch.reading import _study_attrs as study_attrs
-from tlsearch.seeds import derive_seed
 from tlsearch.stores._stores import Stores
+
+WORKER = "stored-study"  # the worker name the trials record
 
 
 class StoredStudy:
@@ -39,20 +40,20 @@ class StoredStudy:
             self.dataset_ref,
             self.attrs[study_attrs.DATASET_HASH],
             self.attrs[study_attrs.FOLD_PLAN],
-            derive_seed(self.spec.seed, self.study.study_name, trial.number, "sampler"),
+            trial_task.sampler_seed(self.spec, self.study.study_name, trial.number),
             folds,
         )
 
     def evaluate(self, folds: tuple[int, ...] = ()):
         """Ask a trial and evaluate it as a worker does (`evaluate_trial`); what that returns or raises. The
         trial is left running."""
-        return trial_task.evaluate_trial(self.job(self.study.ask(), folds), self.spec)
+        return trial_task.evaluate_trial(self.job(self.study.ask(), folds), self.spec, WORKER)
 
     def trial(self) -> optuna.trial.FrozenTrial:
         """Ask a trial, evaluate it as a worker does, tell its values (or PRUNED); the trial as stored."""
         trial = self.study.ask()
         try:
-            self.study.tell(trial, trial_task.evaluate_trial(self.job(trial), self.spec))
+            self.study.tell(trial, trial_task.evaluate_trial(self.job(trial), self.spec, WORKER))
         except optuna.TrialPruned:
             self.study.tell(trial, state=TrialState.PRUNED)
         return self.study.trials[trial.number]

@@ -44,9 +44,8 @@ from tlsearch.execution._stop_policy import (  # noqa: F401 - also read from the
     TIMEOUT_REACHED,
     StopPolicy,
 )
-from tlsearch.execution._trial_task import TrialJob, TrialOutcome, pack_spec
+from tlsearch.execution._trial_task import TrialJob, TrialOutcome, pack_spec, sampler_seed
 from tlsearch.reading import _study_attrs as study_attrs
-from tlsearch.seeds import derive_seed
 from tlsearch.storage._slots import TrialSlots
 
 log = logging.getLogger(__name__)
@@ -208,7 +207,7 @@ class Dispatcher:
             self.dataset_ref,
             self.dataset_hash,
             self.fold_plan_hash,
-            derive_seed(self.spec.seed, self.study.study_name, trial.number, "sampler"),
+            sampler_seed(self.spec, self.study.study_name, trial.number),
         )
         fixed, shares = self._fold_shares(job)
         key = f"trial-{self.study.study_name}-{trial.number}-{trial_id}"

@@ -23,6 +23,7 @@ from tlsearch._compat import optuna as compat
 from tlsearch.cv import _evaluate as cv
 from tlsearch.data import Folds, HostCache
 from tlsearch.errors import DatasetChangedError
+from tlsearch.seeds import derive_seed
 from tlsearch.stores._stores import Stores
 
 
@@ -51,6 +52,11 @@ class TrialOutcome:
     worker: str = ""
     seconds: float = 0.0
     folds: dict = field(default_factory=dict)  # a fold task's results by fold index (cv.FoldResult)
+
+
+def sampler_seed(spec, study_name: str, trial_number: int) -> int:
+    """The seed of a trial's copy of the study's sampler (`TrialJob.seed`, see `open_trial`)."""
+    return derive_seed(spec.seed, study_name, trial_number, "sampler")
 
 
 def pack_spec(spec) -> bytes:
@@ -95,16 +101,17 @@ def run_trial(job: TrialJob, spec_payload: bytes) -> TrialOutcome:
     return TrialOutcome(TrialState.COMPLETE, values, worker=worker, seconds=time.perf_counter() - started)
 
 
-def evaluate_trial(job: TrialJob, spec, worker: str = ""):
+def evaluate_trial(job: TrialJob, spec, worker: str):
     """Open `job`'s trial, dataset and folds as a worker does, and evaluate it: the trial's value(s) (`cv.evaluate`),
     or with `job.folds` those folds' results by fold index (`cv.evaluate_folds`). `optuna.TrialPruned` and the
-    trial's own errors propagate."""
+    trial's own errors propagate. `worker` names where it runs, for the trial's attributes."""
     trial = open_trial(spec, job.stores.study_storage(), job.study_name, job.trial_id, job.seed)
     dataset = _open_dataset(job.stores, job.dataset_ref, job.dataset_hash)
     rows = _fold_rows(spec, dataset, _fold_plan(job.stores, job.fold_plan_hash))
-    placement = _placement(worker) if worker else None
     if job.folds:
-        return cv.evaluate_folds(trial, spec, dataset.arrays, rows, job.folds, worker=worker, placement=placement)
+        return cv.evaluate_folds(
+            trial, spec, dataset.arrays, rows, job.folds, worker=worker, placement=_placement(worker)
+        )
     return cv.evaluate(
         trial,
         spec,
@@ -113,7 +120,7 @@ def evaluate_trial(job: TrialJob, spec, worker: str = ""):
         dataset_hash=job.dataset_hash,
         fold_plan_hash=job.fold_plan_hash,
         artifact_store=job.stores.artifact_store() if spec.keep_predictions else None,
-        placement=placement,
+        placement=_placement(worker),
     )
 
 

@@ -36,9 +36,10 @@ class JournalStorage(optuna.storages.JournalStorage):
     def __init__(self, backend: CrashTolerantJournalFile) -> None:
         super().__init__(backend)
         self.file_path = backend.file_path
+        self._batched = compat.can_batch_journal_writes(self)  # fixed by the installed Optuna: asked once
 
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
-        if compat.can_batch_journal_writes(self):
+        if self._batched:
             self._append(self._user_attr_logs(trial_id, attrs))
         else:
             for key, value in attrs.items():
@@ -126,7 +127,7 @@ class QueuedJournalLock(BaseJournalFileLock):
 
 
 @contextmanager
-def _held(lock: BaseJournalFileLock) -> Iterator[None]:
+def _locked(lock: BaseJournalFileLock) -> Iterator[None]:
     lock.acquire()
     try:
         yield
@@ -171,7 +172,7 @@ class CrashTolerantJournalFile(BaseJournalBackend):
                 log_number += 1
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
-        with _held(self._lock):
+        with _locked(self._lock):
             self._cut_partial_last_line()
             text = "".join(json.dumps(entry, separators=(",", ":")) + "\n" for entry in logs)
             with open(self.file_path, "ab") as f:
