@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import random
+import tempfile
 import threading
 
 import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
-from sklearn.datasets import load_breast_cancer, load_diabetes
+from sklearn.datasets import load_diabetes
 from sklearn.neighbors import KNeighborsClassifier
 
 from search_spaces.mlp import make_mlp
 from search_spaces.optimizers import compile_model
-from tlsearch.cv._evaluate import describe_failure, evaluate
+from tests.stored_study import StoredStudy
+from tlsearch.cv._evaluate import describe_failure
 from tlsearch.errors import NonFiniteLossError
 from tlsearch.models import _fold_random, _keras, _keras_reuse
 from tlsearch.spec._spec import CustomLoop, KerasModel, SklearnModel, StudySpec
@@ -33,23 +35,19 @@ def build_mlp(params, input_shape, n_classes):
     return compile_model(model, params["optimizer"], n_classes)
 
 
-def memory_study(spec):
-    """An in-memory study as the driver opens one (name, directions, sampler, pruner)."""
-    return optuna.create_study(
-        study_name=spec.name, directions=list(spec.directions_), sampler=spec.sampler_, pruner=spec.pruner_
-    )
+def stored(spec, tmp_path, arrays=None):
+    """`spec`'s study stored as the driver stores it, in a home of its own under `tmp_path`: its first trial is
+    number 0, so one study name gives the same fold seeds in every such study."""
+    return StoredStudy(spec, tempfile.mkdtemp(dir=tmp_path), arrays)
 
 
-def run(spec, arrays):
-    study = memory_study(spec)
-    trial = study.ask()
-    folds = list(spec.cv_.split(arrays["X"], arrays["y"]))
-    study.tell(trial, evaluate(trial, spec, arrays, folds))
-    return study.trials[trial.number]
+def run(spec, tmp_path, arrays=None):
+    """One trial of `spec`, evaluated as a worker evaluates it; the trial as stored."""
+    return stored(spec, tmp_path, arrays).trial()
 
 
 @pytest.mark.slow
-def test_keras_mlp_on_digits_three_folds(digits):
+def test_keras_mlp_on_digits_three_folds(tmp_path):
     spec = StudySpec(
         name="keras-digits",
         dataset="sklearn:digits",
@@ -59,7 +57,7 @@ def test_keras_mlp_on_digits_three_folds(digits):
         metric="accuracy",
         return_train_score=True,
     )
-    trial = run(spec, digits)
+    trial = run(spec, tmp_path)
     assert trial.state == TrialState.COMPLETE
     attrs = trial.user_attrs
     scores = [attrs[f"split{k}_test_score"] for k in range(3)]
@@ -68,15 +66,14 @@ def test_keras_mlp_on_digits_three_folds(digits):
     assert all(attrs[f"split{k}_fit_time"] > 0 for k in range(3))
     assert attrs["mean_test_score"] == pytest.approx(np.mean(scores)) == trial.value
     assert attrs["mean_train_score"] > 0.6 and list(trial.intermediate_values) == [0, 1, 2]
-    # the same study, trial number and fold give the same seeds: a re-run reproduces the fold's score
-    study = memory_study(spec)
-    rerun = study.ask()
-    evaluate(rerun, spec, digits, list(spec.cv_.split(digits["X"], digits["y"]))[:1])
-    assert study.trials[0].user_attrs["split0_test_score"] == pytest.approx(scores[0], abs=1e-6)
+    # the same study, trial number and fold give the same seeds: fold 0 run again as a fold task scores the same
+    rerun = stored(spec, tmp_path)
+    rerun.evaluate(folds=(0,))
+    assert rerun.study.trials[0].user_attrs["split0_test_score"] == pytest.approx(scores[0], abs=1e-6)
 
 
 @pytest.mark.slow
-def test_keras_early_stopping_and_scikit_learn_scorers(digits):
+def test_keras_early_stopping_and_scikit_learn_scorers(tmp_path):
     spec = StudySpec(
         name="keras-scorers",
         dataset="sklearn:digits",
@@ -86,7 +83,7 @@ def test_keras_early_stopping_and_scikit_learn_scorers(digits):
         metric=["loss", "neg_log_loss", "balanced_accuracy"],
         direction=["minimize", "maximize", "maximize"],
     )
-    trial = run(spec, digits)
+    trial = run(spec, tmp_path)
     attrs = trial.user_attrs
     for k in range(2):
         assert 1 <= attrs[f"split{k}_n_epochs"] <= 4
@@ -96,20 +93,20 @@ def test_keras_early_stopping_and_scikit_learn_scorers(digits):
 
 
 @pytest.mark.slow
-def test_keras_regression_and_binary_sigmoid_outputs():
+def test_keras_regression_and_binary_sigmoid_outputs(tmp_path):
     import keras
 
     X, y = load_diabetes(return_X_y=True)
     regression = StudySpec(
         name="keras-regression",
-        dataset="sklearn:diabetes",
+        dataset="diabetes",
         space=SMALL_MLP,
         cv=2,
         model=KerasModel(build_mlp, epochs=1),
         metric=["loss", "neg_mean_squared_error"],
         direction=["minimize", "maximize"],
     )
-    trial = run(regression, {"X": X, "y": y})
+    trial = run(regression, tmp_path, {"X": X, "y": y})
     assert trial.user_attrs["split0_test_neg_mean_squared_error"] == pytest.approx(
         -trial.user_attrs["split0_test_loss"], rel=1e-3
     )
@@ -126,7 +123,6 @@ def test_keras_regression_and_binary_sigmoid_outputs():
         model.compile("adam", "binary_crossentropy")
         return model
 
-    X, y = load_breast_cancer(return_X_y=True)
     binary = StudySpec(
         name="keras-binary",
         dataset="sklearn:breast_cancer",
@@ -135,11 +131,11 @@ def test_keras_regression_and_binary_sigmoid_outputs():
         model=KerasModel(sigmoid_model, epochs=1),
         metric="roc_auc",
     )
-    assert 0.0 <= run(binary, {"X": X, "y": y}).value <= 1.0
+    assert 0.0 <= run(binary, tmp_path).value <= 1.0
 
 
 @pytest.mark.slow
-def test_non_finite_loss_fails_the_trial(digits):
+def test_non_finite_loss_fails_the_trial(tmp_path):
     import keras
 
     def exploding(params, input_shape, n_classes):
@@ -155,24 +151,27 @@ def test_non_finite_loss_fails_the_trial(digits):
 
     spec = StudySpec(name="nan", dataset="sklearn:digits", space={}, model=KerasModel(exploding, epochs=3), cv=2)
     with pytest.raises(NonFiniteLossError, match="epoch 1") as raised:
-        run(spec, digits)
+        stored(spec, tmp_path).evaluate()
     assert describe_failure(raised.value)["error_type"] == "tlsearch.errors.NonFiniteLossError"
     assert describe_failure(raised.value)["error_retryable"] is False
 
 
 @pytest.mark.slow
-def test_builder_errors_propagate(digits):
+def test_builder_errors_propagate(tmp_path):
     def broken(params, input_shape, n_classes):
         raise KeyError("units")
 
     with pytest.raises(KeyError):
-        run(StudySpec(name="broken", dataset="d", space={}, model=KerasModel(broken), cv=2), digits)
+        stored(
+            StudySpec(name="broken", dataset="sklearn:digits", space={}, model=KerasModel(broken), cv=2), tmp_path
+        ).evaluate()
 
     def uncompiled(params, input_shape, n_classes):
         return make_mlp(SMALL_MLP["mlp"], input_shape, n_classes)
 
+    spec = StudySpec(name="uncompiled", dataset="sklearn:digits", space={}, model=KerasModel(uncompiled), cv=2)
     with pytest.raises(TypeError, match="not compiled"):
-        run(StudySpec(name="uncompiled", dataset="d", space={}, model=KerasModel(uncompiled), cv=2), digits)
+        stored(spec, tmp_path).evaluate()
 
 
 def fit_full(spec, params, X, y):
@@ -203,7 +202,7 @@ def test_fit_full_returns_trained_models(digits):
 
 
 @pytest.mark.slow
-def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digits):
+def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(tmp_path):
     import keras
 
     params = {
@@ -238,7 +237,7 @@ def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digi
             metric="accuracy",
             model=KerasModel(builder, epochs=3, batch_size=64, early_stopping=2),
         )
-        attrs = run(spec, digits).user_attrs
+        attrs = run(spec, tmp_path).user_attrs
         scores[builder.__name__] = [attrs[f"split{k}_test_score"] for k in range(3)]
         trained[builder.__name__] = sum(int(model.optimizer.iterations.numpy()) > 0 for model in built)
     assert trained == {"deterministic": 1, "alternating": 3}
@@ -246,7 +245,7 @@ def test_later_folds_reuse_the_traced_model_with_the_scores_of_fresh_models(digi
 
 
 @pytest.mark.slow
-def test_a_trial_reuses_the_model_an_earlier_trial_traced_when_only_its_learning_rate_differs(digits):
+def test_a_trial_reuses_the_model_an_earlier_trial_traced_when_only_its_learning_rate_differs(tmp_path):
     import keras
 
     built = []
@@ -280,7 +279,7 @@ def test_a_trial_reuses_the_model_an_earlier_trial_traced_when_only_its_learning
             model=KerasModel(builder, epochs=2, batch_size=64),
         )
         first = len(built)
-        attrs = run(spec, digits).user_attrs
+        attrs = run(spec, tmp_path).user_attrs
         trained = sum(int(model.optimizer.iterations.numpy()) > 0 for model in built[first:])
         return [attrs[f"split{k}_test_score"] for k in range(3)], trained
 
@@ -295,7 +294,7 @@ def test_a_trial_reuses_the_model_an_earlier_trial_traced_when_only_its_learning
 
 
 @pytest.mark.slow
-def test_steps_per_call_leave_the_scores_as_they_are_and_stay_at_one_under_the_studys_callbacks(digits):
+def test_steps_per_call_leave_the_scores_as_they_are_and_stay_at_one_under_the_studys_callbacks(tmp_path):
     built, scores = [], {}
 
     def recorded(params, input_shape, n_classes):
@@ -312,7 +311,7 @@ def test_steps_per_call_leave_the_scores_as_they_are_and_stay_at_one_under_the_s
             metric="accuracy",
             model=KerasModel(recorded, epochs=2, batch_size=64, callbacks=callbacks),
         )
-        scores[callbacks is None] = [run(spec, digits).user_attrs[f"split{k}_test_score"] for k in range(2)]
+        scores[callbacks is None] = [run(spec, tmp_path).user_attrs[f"split{k}_test_score"] for k in range(2)]
         assert built[0].steps_per_execution == (_keras.STEPS_PER_EXECUTION if callbacks is None else 1)
     assert scores[True] == pytest.approx(scores[False], abs=1e-6)
 
@@ -367,7 +366,7 @@ def test_workers_run_keras_on_their_share_of_the_cores_and_only_keras_studies_im
 
 
 @pytest.mark.slow
-def test_seeding_without_clearing_tensorflows_caches_trains_as_keras_set_random_seed_does(digits, monkeypatch):
+def test_seeding_without_clearing_tensorflows_caches_trains_as_keras_set_random_seed_does(tmp_path, monkeypatch):
     """tlsearch seeds each fold without clearing TensorFlow's kernel cache (see _keras_backend.set_random_seed);
     with dropout, early stopping and a shuffled pipeline, the fold scores equal those of keras.utils.set_random_seed,
     which clears it."""
@@ -392,7 +391,7 @@ def test_seeding_without_clearing_tensorflows_caches_trains_as_keras_set_random_
     for seeding in ("tlsearch", "keras"):
         if seeding == "keras":
             monkeypatch.setattr(_keras, "set_random_seed", keras_seeding)
-        attrs = run(spec, digits).user_attrs
+        attrs = run(spec, tmp_path).user_attrs
         scores[seeding] = [attrs[f"split{k}_test_score"] for k in range(3)]
     assert scores["tlsearch"] == pytest.approx(scores["keras"], abs=1e-6)
     assert len(set(scores["tlsearch"])) > 1  # the folds differ: their scores are not a constant
@@ -424,7 +423,7 @@ def test_small_folds_go_in_as_a_pipeline_that_reports_what_keras_reports_for_the
 
 
 @pytest.mark.slow
-def test_a_worker_keeps_tensorflows_kernels_for_the_model_it_keeps_and_drops_them_with_it(digits, monkeypatch):
+def test_a_worker_keeps_tensorflows_kernels_for_the_model_it_keeps_and_drops_them_with_it(tmp_path, monkeypatch):
     """Between trials of one structure the traced model's instantiated functions stay in TensorFlow's kernel
     cache; when another structure replaces the kept model the cache is cleared, so a search over many
     structures does not grow."""
@@ -441,7 +440,7 @@ def test_a_worker_keeps_tensorflows_kernels_for_the_model_it_keeps_and_drops_the
             metric="accuracy",
             model=KerasModel(build_mlp, epochs=1, batch_size=64),
         )
-        assert run(spec, digits).state == TrialState.COMPLETE
+        assert run(spec, tmp_path).state == TrialState.COMPLETE
     assert forgotten == [1]  # once: when [24] replaced the kept [16] model
 
 
@@ -464,7 +463,7 @@ def drawing_from_the_global_stream():
 
 
 @pytest.mark.slow
-def test_a_fold_trained_in_a_dask_worker_scores_as_in_a_plain_process_while_another_thread_draws(digits):
+def test_a_fold_trained_in_a_dask_worker_scores_as_in_a_plain_process_while_another_thread_draws(tmp_path):
     import distributed
     from keras.src.random import seed_generator
 
@@ -480,12 +479,11 @@ def test_a_fold_trained_in_a_dask_worker_scores_as_in_a_plain_process_while_anot
         metric="accuracy",
         model=KerasModel(build_mlp, epochs=1, batch_size=64),
     )
-    first_fold = list(spec.cv_.split(digits["X"], digits["y"]))[:1]
 
     def fold_score():
-        study = memory_study(spec)
-        evaluate(study.ask(), spec, digits, first_fold)
-        return study.trials[0].user_attrs["split0_test_score"]
+        first_fold = stored(spec, tmp_path)
+        first_fold.evaluate(folds=(0,))
+        return first_fold.study.trials[0].user_attrs["split0_test_score"]
 
     plain = fold_score()
     # Keras draws its default seeds through the name tlsearch redirects: a Keras that renames it fails here
@@ -541,7 +539,7 @@ def test_a_keras_metric_of_unknown_direction_asks_for_one():
 
 
 @pytest.mark.slow
-def test_a_kept_model_stands_in_only_for_a_trial_whose_compiled_loss_and_metric_are_its_own(digits):
+def test_a_kept_model_stands_in_only_for_a_trial_whose_compiled_loss_and_metric_are_its_own(tmp_path):
     """A loss and a metric whose parameter is not in their get_config(): a later trial on the worker with other
     values trains and scores with its own objects, as a fresh model would; with the same values it still reuses."""
     import keras
@@ -586,7 +584,7 @@ def test_a_kept_model_stands_in_only_for_a_trial_whose_compiled_loss_and_metric_
             model=KerasModel(build, epochs=2, batch_size=64),
         )
         first = len(built)
-        attrs = run(spec, digits).user_attrs
+        attrs = run(spec, tmp_path).user_attrs
         trained = sum(int(model.optimizer.iterations.numpy()) > 0 for model in built[first:])
         return [attrs[f"split{k}_test_score"] for k in range(2)], trained
 
