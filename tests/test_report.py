@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 import warnings
 
@@ -11,6 +12,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import optuna
 import pytest
+from optuna.distributions import FloatDistribution, IntDistribution
+from optuna.trial import TrialState, create_trial
 
 from tlsearch.reading import _study_attrs as study_attrs
 from tlsearch.reading._report import write_report
@@ -307,3 +310,81 @@ def test_everything_from_the_study_is_escaped(tmp_path):
 def test_top_k_must_be_positive(toy_study, tmp_path):
     with pytest.raises(ValueError, match="top_k"):
         write_report(toy_study, tmp_path / "r.html", top_k=0)
+
+
+def _figure(page: str, div_id: str) -> list[dict]:
+    """The traces of the figure drawn in the page's `div_id` (plotly's newPlot call carries them as JSON)."""
+    marker = f'"{div_id}",'
+    traces, _ = json.JSONDecoder().raw_decode(page[page.index(marker) + len(marker) :].lstrip())
+    return traces
+
+
+def test_importances_are_the_ones_optuna_dashboard_shows_and_say_how_they_are_computed(toy_study, tmp_path):
+    from tests.storage.test_storage_ecosystem import call
+
+    optuna_dashboard = pytest.importorskip("optuna_dashboard")
+    page = _write(toy_study, tmp_path)
+    [bars] = [trace for trace in _figure(page, "importances-1") if trace["type"] == "bar"]
+    in_report = dict(zip(bars["y"], bars["x"]))
+    app = optuna_dashboard.wsgi(toy_study._storage)
+    [shown] = call(app, f"/api/studies/{toy_study._study_id}/param_importances")["param_importances"]
+    assert in_report == pytest.approx({entry["name"]: entry["importance"] for entry in shown}, abs=1e-9)
+    assert set(in_report) == {"x", "units", "activation"}
+    assert "PED-ANOVA (Optuna&#x27;s PedAnovaImportanceEvaluator, as optuna-dashboard computes them)" in page
+    assert "on all 15 complete trials" in page
+
+
+def _large_study(n_trials: int) -> optuna.Study:
+    """`n_trials` trials made through Optuna's API, every fifth pruned after two folds."""
+    study = _study("large", direction="maximize")
+    distributions = {"x": FloatDistribution(-5, 5), "units": IntDistribution(8, 64)}
+    rng = np.random.default_rng(0)
+    trials = []
+    for number in range(n_trials):
+        params = {"x": float(rng.uniform(-5, 5)), "units": int(rng.integers(8, 65))}
+        value = 1 - (params["x"] - 1) ** 2 / 25 + float(rng.normal(0, 0.02))
+        if number % 5 == 4:
+            trials.append(
+                create_trial(
+                    state=TrialState.PRUNED,
+                    params=params,
+                    distributions=distributions,
+                    intermediate_values={0: value, 1: value},
+                    user_attrs={"n_folds_run": 2},
+                )
+            )
+        else:
+            folds = {k: value for k in range(3)}
+            trials.append(
+                create_trial(value=value, params=params, distributions=distributions, intermediate_values=folds)
+            )
+    study.add_trials(trials)
+    return study
+
+
+@pytest.mark.slow
+def test_a_study_larger_than_a_figure_draws_is_drawn_from_a_sample_that_keeps_every_new_best(tmp_path):
+    study = _large_study(2_500)
+    page = _write(study, tmp_path)
+    assert "Could not be drawn" not in page
+    assert page.count("Drawn from 2,000 of the study&#x27;s 2,500 trials") == 5  # every per-trial figure
+    traces = {trace.get("name"): trace for trace in _figure(page, "history-1")}
+    drawn, best_line = traces["Value"], traces["Best Value"]
+    assert len(drawn["x"]) + len(traces["Pruned (last reported value)"]["x"]) <= 2_000
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    best_so_far = {t.number: max(c.value for c in complete if c.number <= t.number) for t in complete}
+    assert best_line["y"] == pytest.approx([best_so_far[number] for number in best_line["x"]])
+    assert best_line["y"][-1] == study.best_value
+    assert "on all 2,000 complete trials" in page  # importances: every complete trial, not the sample
+    assert "500 pruned trial(s). The latest 100 are listed" in page
+    listed = re.findall(r"<tr><td>#(\d+)</td><td>2</td>", page)  # the pruned table's rows: number, folds run
+    assert [int(n) for n in listed] == list(range(2499, 2000, -5))
+
+
+def test_a_parameter_with_one_value_in_every_trial_gets_no_slice_plot(tmp_path):
+    study = _study("constant")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("fixed", 0.5, 0.5), n_trials=4)
+    page = _write(study, tmp_path)
+    assert "Not drawn, one value in every complete trial: fixed." in page
+    assert len([trace for trace in _figure(page, "slices-1") if trace.get("x")]) == 1
+    assert '"slices-2"' not in page

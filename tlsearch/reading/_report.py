@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import importlib.util
 import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from tlsearch.reading._report_page import (
     render_page,
 )
 from tlsearch.reading._report_png import export_pngs
+from tlsearch.reading._report_trials import TrialsView, plotted
 from tlsearch.reading._trials_table import fold_scores, number_attr
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ __all__ = ["write_report"]
 
 _SPLIT_SCORE = re.compile(r"^split(\d+)_test_score$")
 _MAX_LEGEND_ENTRIES = 10
+_MAX_TABLE_ROWS = 100  # the page's per-trial tables; `tlsearch trials` has every row
 # pyplot keeps global state (open figures, rcParams): two reports written at once in one process take turns.
 
 
@@ -78,21 +81,24 @@ def write_report(study: optuna.Study, path: str | Path = "report.html", *, top_k
 
 
 def _sections(study: optuna.Study, trials: list[FrozenTrial], top_k: int) -> list[Section]:
+    """Every section of the page. The figures draw `plotted`'s view of the study (all trials up to a bound, a
+    sample past it, saying so); the importances, the rankings and the tables read every trial."""
+    view = plotted(study, trials, best=top_k)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     always = [_build(_failures_section, trials)] if any(t.state == TrialState.FAIL for t in trials) else []
     always += [_build(_pruned_section, trials)] if any(t.state == TrialState.PRUNED for t in trials) else []
-    always += [_build(_timeline_section, study)] if trials else []
+    always += [_build(_timeline_section, view)] if trials else []
     if not complete:
         # Pruned or running trials may already have per-fold intermediate values worth seeing.
         has_values = _has_intermediate_values(trials)
-        return always + ([_build(_intermediate_values_section, study, trials)] if has_values else [])
+        return always + ([_build(_intermediate_values_section, view)] if has_values else [])
     top = _top_trials(study, complete, top_k)
     builders: list[tuple[Callable[..., Section], tuple[Any, ...]]] = [
-        (_pareto_section if is_multi_objective(study) else _history_section, (study, trials)),
-        (_importances_section, (study, complete)),
-        (_parallel_coordinates_section, (study, complete)),
-        (_slice_section, (study, complete)),
-        (_intermediate_values_section, (study, trials)),
+        (_pareto_section, (view,)) if is_multi_objective(study) else (_history_section, (view, complete)),
+        (_importances_section, (TrialsView(study, trials, len(trials)), complete)),
+        (_parallel_coordinates_section, (view,)),
+        (_slice_section, (view,)),
+        (_intermediate_values_section, (view,)),
         (_fold_spread_section, (study, top)),
         (_top_trials_section, (study, top)),
     ]
@@ -116,7 +122,8 @@ def _failures_section(trials: list[FrozenTrial]) -> Section:
     rows = []
     for error_type, failed in sorted(by_type.items(), key=lambda item: (-len(item[1]), item[0])):
         message = str(failed[0].user_attrs.get("error_message", "—")).strip().splitlines() or ["—"]
-        numbers = ", ".join(f"#{t.number}" for t in failed)
+        numbers = ", ".join(f"#{t.number}" for t in failed[:_MAX_TABLE_ROWS])
+        numbers += f" and {len(failed) - _MAX_TABLE_ROWS:,} more" if len(failed) > _MAX_TABLE_ROWS else ""
         rows.append([error_type, str(len(failed)), numbers, message[0][:500]])
     table = html_table(["Error type", "Trials", "Trial numbers", "First message"], rows, "failures")
     return Section(
@@ -127,30 +134,80 @@ def _failures_section(trials: list[FrozenTrial]) -> Section:
 
 
 def _pruned_section(trials: list[FrozenTrial]) -> Section:
-    """One row per pruned trial: after which fold, and why (its `prune_reason`)."""
+    """One row per pruned trial, the latest first (at most _MAX_TABLE_ROWS): after which fold, and why (its
+    `prune_reason`)."""
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
     rows = []
-    for trial in trials:
-        if trial.state == TrialState.PRUNED:
-            reason = trial.user_attrs.get("prune_reason")
-            why = describe_prune_reason(reason) if isinstance(reason, dict) else "—"
-            rows.append([f"#{trial.number}", str(trial.user_attrs.get("n_folds_run", "—")), why])
+    for trial in pruned[::-1][:_MAX_TABLE_ROWS]:
+        reason = trial.user_attrs.get("prune_reason")
+        why = describe_prune_reason(reason) if isinstance(reason, dict) else "—"
+        rows.append([f"#{trial.number}", str(trial.user_attrs.get("n_folds_run", "—")), why])
     table = html_table(["Trial", "Folds run", "Why it was pruned"], rows, "pruned")
-    return Section(*_SECTION_TITLES[_pruned_section], body_html=table, note=f"{len(rows)} pruned trial(s).")
+    note = f"{len(pruned):,} pruned trial(s)."
+    if len(pruned) > len(rows):
+        note += f" The latest {len(rows)} are listed; tlsearch trials NAME --format csv lists them all."
+    return Section(*_SECTION_TITLES[_pruned_section], body_html=table, note=note)
 
 
-def _timeline_section(study: optuna.Study) -> Section:
-    figure = optuna.visualization.plot_timeline(study)
+def _timeline_section(view: TrialsView) -> Section:
+    figure = optuna.visualization.plot_timeline(view)
     return Section(
-        *_SECTION_TITLES[_timeline_section], figures=[figure], drawings=[lambda: _mpl().plot_timeline(study)]
+        *_SECTION_TITLES[_timeline_section],
+        figures=[figure],
+        drawings=[lambda: _mpl().plot_timeline(view)],
+        note=view.sample_note(),
     )
 
 
-def _history_section(study: optuna.Study, trials: list[FrozenTrial]) -> Section:
-    figure = optuna.visualization.plot_optimization_history(study, target_name=objective_names(study)[0])
-    _mark_pruned(figure, [(t.number, _last_value(t)) for t in _pruned(trials)])
-    return Section(
-        *_SECTION_TITLES[_history_section], figures=[figure], drawings=[lambda: _mpl().plot_optimization_history(study)]
+def _history_section(view: TrialsView, complete: list[FrozenTrial]) -> Section:
+    """Optuna's optimisation history, drawn here: Optuna's takes trial numbers for list positions, which a
+    sampled view breaks. The drawn trials' values, and the best value so far over every complete trial."""
+    import plotly.graph_objects as go
+
+    name = objective_names(view)[0]
+    drawn = view.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    steps = _best_so_far(view, complete)
+    figure = go.Figure(
+        [
+            go.Scatter(x=[t.number for t in drawn], y=[t.value for t in drawn], mode="markers", name=name),
+            go.Scatter(
+                x=[x for x, _ in steps], y=[y for _, y in steps], mode="lines", line_shape="hv", name="Best Value"
+            ),
+        ],
+        layout={"title": "Optimization History Plot", "xaxis_title": "Trial", "yaxis_title": name},
     )
+    _mark_pruned(figure, [(t.number, _last_value(t)) for t in _pruned(view.get_trials(deepcopy=False))])
+    return Section(
+        *_SECTION_TITLES[_history_section],
+        figures=[figure],
+        drawings=[lambda: _draw_history(drawn, steps, name)],
+        note=view.sample_note(),
+    )
+
+
+def _best_so_far(study: optuna.Study, complete: list[FrozenTrial]) -> list[tuple[int, float]]:
+    """(trial number, best value so far) at each complete trial that improved it, and at the last one."""
+    sign = 1 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1
+    steps: list[tuple[int, float]] = []
+    for trial in complete:
+        if not steps or sign * trial.value < sign * steps[-1][1]:
+            steps.append((trial.number, trial.value))
+    if complete and steps[-1][0] != complete[-1].number:
+        steps.append((complete[-1].number, steps[-1][1]))
+    return steps
+
+
+def _draw_history(drawn: list[FrozenTrial], steps: list[tuple[int, float]], name: str) -> Any:
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots()
+    ax.scatter([t.number for t in drawn], [t.value for t in drawn], s=12, label=name)
+    ax.step([x for x, _ in steps], [y for _, y in steps], where="post", color="#d62728", label="Best Value")
+    ax.set_title("Optimization History Plot")
+    ax.set_xlabel("Trial")
+    ax.set_ylabel(name)
+    ax.legend()
+    return ax
 
 
 def _pruned(trials: list[FrozenTrial]) -> list[FrozenTrial]:
@@ -180,78 +237,104 @@ def _mark_pruned(figure: go.Figure, points: list[tuple[float, float]], label: st
     )
 
 
-def _pareto_section(study: optuna.Study, trials: list[FrozenTrial]) -> Section:
+def _pareto_section(view: TrialsView) -> Section:
     slug, title = _SECTION_TITLES[_pareto_section]
-    if len(study.directions) > 3:
+    if len(view.directions) > 3:
         return Section(slug, title, note="Drawn for two or three objectives only.")
-    figure = optuna.visualization.plot_pareto_front(study)
-    return Section(slug, title, figures=[figure], drawings=[lambda: _mpl().plot_pareto_front(study)])
+    figure = optuna.visualization.plot_pareto_front(view)
+    return Section(
+        slug, title, figures=[figure], drawings=[lambda: _mpl().plot_pareto_front(view)], note=view.sample_note()
+    )
 
 
-def _importances_section(study: optuna.Study, complete: list[FrozenTrial]) -> Section:
+_IMPORTANCES_NOTE = (
+    "PED-ANOVA (Optuna's PedAnovaImportanceEvaluator, as optuna-dashboard computes them) on all {n:,} complete "
+    "trials: how much each parameter matters for reaching the best 10% of them. "
+    "optuna.importance.get_param_importances defaults to fANOVA, the share of the value's variance each parameter "
+    "explains, which can rank them otherwise."
+)
+
+
+def _importances_section(study: TrialsView, complete: list[FrozenTrial]) -> Section:
     slug, title = _SECTION_TITLES[_importances_section]
     if len(complete) < 2 or not _common_params(complete):
         return Section(slug, title, note="Needs at least 2 complete trials sharing at least one parameter.")
-    evaluator = _RememberedImportances(optuna.importance.FanovaImportanceEvaluator(seed=0))
-    figure = optuna.visualization.plot_param_importances(study, evaluator=evaluator)
-    # One PNG per objective: Optuna's Matplotlib version labels the bars of all objectives with the parameter
-    # order of the last one, so a shared figure would show wrong importances.
+    evaluator = _RememberedImportances(optuna.importance.PedAnovaImportanceEvaluator())
+    # One figure per objective (each objective's own ranking of the parameters), for the page and the PNGs.
+    figures = [
+        optuna.visualization.plot_param_importances(study, evaluator=evaluator, target=target, target_name=name)
+        for target, name in _importance_targets(study)
+    ]
     drawings = [
         lambda target=target, name=name: _mpl().plot_param_importances(
             study, evaluator=evaluator, target=target, target_name=name
         )
-        for target, name in _targets(study)
+        for target, name in _importance_targets(study)
     ]
-    return Section(slug, title, figures=[figure], drawings=drawings)
+    return Section(slug, title, figures=figures, drawings=drawings, note=_IMPORTANCES_NOTE.format(n=len(complete)))
 
 
-def _parallel_coordinates_section(study: optuna.Study, complete: list[FrozenTrial]) -> Section:
+def _parallel_coordinates_section(view: TrialsView) -> Section:
     slug, title = _SECTION_TITLES[_parallel_coordinates_section]
-    if not any(t.params for t in complete):
+    if not any(t.params for t in view.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
         return Section(slug, title, note="The complete trials have no parameters.")
     figures = [
-        optuna.visualization.plot_parallel_coordinate(study, target=target, target_name=name)
-        for target, name in _targets(study)
+        optuna.visualization.plot_parallel_coordinate(view, target=target, target_name=name)
+        for target, name in _targets(view)
     ]
     drawings = [
-        lambda target=target, name=name: _mpl().plot_parallel_coordinate(study, target=target, target_name=name)
-        for target, name in _targets(study)
+        lambda target=target, name=name: _mpl().plot_parallel_coordinate(view, target=target, target_name=name)
+        for target, name in _targets(view)
     ]
-    return Section(slug, title, figures=figures, drawings=drawings)
+    return Section(slug, title, figures=figures, drawings=drawings, note=view.sample_note())
 
 
-def _slice_section(study: optuna.Study, complete: list[FrozenTrial]) -> Section:
+def _slice_section(view: TrialsView) -> Section:
     slug, title = _SECTION_TITLES[_slice_section]
+    complete = view.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if not any(t.params for t in complete):
         return Section(slug, title, note="The complete trials have no parameters.")
+    # A parameter every complete trial gives the same value has nothing to show: a slice of one point.
+    values: dict[str, set[str]] = {}
+    for trial in complete:
+        for param, value in trial.params.items():
+            values.setdefault(param, set()).add(repr(value))
+    names = sorted(param for param, seen in values.items() if len(seen) > 1)
+    constant = sorted(set(values) - set(names))
+    notes = [view.sample_note()] if view.sampled else []
+    notes += [f"Not drawn, one value in every complete trial: {', '.join(constant)}."] if constant else []
+    if not names:
+        return Section(slug, title, note=" ".join(notes))
     # One small figure per parameter, laid out in a grid: Optuna's single figure grows 300 px per parameter.
-    names = sorted({name for t in complete for name in t.params})
     figures = [
-        optuna.visualization.plot_slice(study, params=[param], target=target, target_name=name).update_layout(
-            title=f"{param}" + (f" ({name})" if is_multi_objective(study) else ""),
+        optuna.visualization.plot_slice(view, params=[param], target=target, target_name=name).update_layout(
+            title=f"{param}" + (f" ({name})" if is_multi_objective(view) else ""),
             width=None,
             height=360,
             showlegend=False,
         )
-        for target, name in _targets(study)
+        for target, name in _targets(view)
         for param in names
     ]
     drawings = [
-        lambda target=target, name=name: _mpl().plot_slice(study, target=target, target_name=name)
-        for target, name in _targets(study)
+        lambda target=target, name=name: _mpl().plot_slice(view, params=names, target=target, target_name=name)
+        for target, name in _targets(view)
     ]
-    return Section(slug, title, figures=figures, drawings=drawings, grid=True)
+    return Section(slug, title, figures=figures, drawings=drawings, grid=True, note=" ".join(notes) or None)
 
 
-def _intermediate_values_section(study: optuna.Study, trials: list[FrozenTrial]) -> Section:
+def _intermediate_values_section(view: TrialsView) -> Section:
     slug, title = _SECTION_TITLES[_intermediate_values_section]
+    trials = view.get_trials(deepcopy=False)
     if not _has_intermediate_values(trials):
         return Section(slug, title, note="No trial reported intermediate values.")
-    figure = optuna.visualization.plot_intermediate_values(study)
+    figure = optuna.visualization.plot_intermediate_values(view)
     figure.update_layout(title=_INTERMEDIATE_TITLE, xaxis_title="Fold", yaxis_title="Intermediate value")
     figure.update_xaxes(tick0=0, dtick=1)
     _mark_pruned(figure, [(max(t.intermediate_values), _last_value(t)) for t in _pruned(trials)], label="fold")
-    return Section(slug, title, figures=[figure], drawings=[lambda: _draw_intermediate_values(study)])
+    return Section(
+        slug, title, figures=[figure], drawings=[lambda: _draw_intermediate_values(view)], note=view.sample_note()
+    )
 
 
 _INTERMEDIATE_TITLE = "Score after each fold (one line per trial)"
@@ -383,6 +466,16 @@ def _targets(study: optuna.Study) -> list[tuple[Callable[[FrozenTrial], float] |
     return [(lambda t, i=i: t.values[i], name) for i, name in enumerate(names)]
 
 
+def _importance_targets(study: optuna.Study) -> list[tuple[Callable[[FrozenTrial], float] | None, str]]:
+    """What PED-ANOVA ranks the parameters by, per objective. It counts low targets as good: a maximised
+    objective is negated, as optuna-dashboard does, so both show the same importances."""
+    names = objective_names(study)
+    if not is_multi_objective(study):
+        return [(None, names[0])]
+    signs = [-1.0 if d == optuna.study.StudyDirection.MAXIMIZE else 1.0 for d in study.directions]
+    return [(lambda t, i=i, sign=sign: sign * t.values[i], name) for i, (sign, name) in enumerate(zip(signs, names))]
+
+
 def _top_trials(study: optuna.Study, complete: list[FrozenTrial], top_k: int) -> list[FrozenTrial]:
     """Best first: by value for one objective; the Pareto front, ordered by the first objective, for several."""
     candidates = study.best_trials if is_multi_objective(study) else complete
@@ -405,7 +498,7 @@ def _has_intermediate_values(trials: list[FrozenTrial]) -> bool:
 
 
 class _RememberedImportances(BaseImportanceEvaluator):
-    """Computes each importance once: the HTML and the PNG figure ask for the same (fANOVA is most of the cost)."""
+    """Computes each importance once: the HTML and the PNG figure ask for the same."""
 
     def __init__(self, evaluator: BaseImportanceEvaluator) -> None:
         self._evaluator = evaluator
@@ -425,7 +518,11 @@ class _RememberedImportances(BaseImportanceEvaluator):
             tuple((t.number, tuple(t.values) if target is None else target(t)) for t in complete),
         )
         if key not in self._known:
-            self._known[key] = self._evaluator.evaluate(study, params, target=target)
+            with warnings.catch_warnings():
+                # PED-ANOVA's notes (a target counts low as good, few trials give equal importances) are for
+                # whoever calls it; the report's note says what these importances are.
+                warnings.simplefilter("ignore")
+                self._known[key] = self._evaluator.evaluate(study, params, target=target)
         return dict(self._known[key])
 
 
