@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tlsearch import MongoStorage
 from tlsearch.cli import main
 
 pytestmark = pytest.mark.timeout(300)
@@ -75,6 +76,28 @@ def test_errors_are_one_line_with_a_nonzero_exit(local_study, capsys):
     assert err.startswith("tlsearch: error: no study named 'no-such-study'") and err.count("\n") == 1
     assert main(["run", str(home / "missing.py"), "--home", str(home)]) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_status_and_best_on_mongodb_load_no_trial_and_agree_with_the_local_store(
+    local_study, mongo_uri, mongo_db_name, capsys, monkeypatch
+):
+    _, home = local_study
+    assert main(["copy", "iris-tree", "--home", str(home), "--to", mongo_uri, "--to-database", mongo_db_name]) == 0
+    local, mongo = ["--home", str(home)], ["--mongo", mongo_uri, "--database", mongo_db_name, "--home", str(home)]
+    outputs = {}
+    for store, args in (("local", local), ("mongo", mongo)):
+        if store == "mongo":  # counts, times and the best are the server's: a study of any size costs the same
+            monkeypatch.setattr(MongoStorage, "get_all_trials", lambda *a, **k: pytest.fail("loaded the trials"))
+        capsys.readouterr()
+        assert main(["status", "iris-tree", *args, "--json"]) == 0
+        [status] = json.loads(capsys.readouterr().out)
+        assert main(["best", "iris-tree", *args]) == 0
+        outputs[store] = status, capsys.readouterr().out
+    assert outputs["mongo"] == outputs["local"]
+    status, best = outputs["local"]
+    assert status["directions"] == "maximize" and status["started"][-6] in "+-"  # an offset: the time is exact
+    assert f"best trial #{status['best_trial']}: value {status['best_value']:.6g}" in best
 
 
 @pytest.mark.slow

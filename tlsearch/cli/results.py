@@ -125,14 +125,12 @@ def _status(args) -> int:
 
     stores = stores_of(args)
     storage = stores.study_storage()
-    summaries = optuna.get_all_study_summaries(storage, include_best_trial=True)
+    names = [s.study_name for s in storage.get_all_studies()]
     if args.name:
-        summaries = [s for s in summaries if s.study_name == args.name]
-        if not summaries:
+        if args.name not in names:
             raise TLSearchError(f"no study named {args.name!r} in {stores.describe()}")
-    rows = [
-        trials_table.study_status(s, optuna.load_study(study_name=s.study_name, storage=storage)) for s in summaries
-    ]
+        names = [args.name]
+    rows = [trials_table.study_status(optuna.load_study(study_name=name, storage=storage)) for name in names]
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     elif not rows:

@@ -8,7 +8,6 @@ import json
 import logging
 import math
 import re
-from collections import Counter
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -18,6 +17,7 @@ from tlsearch._text import csv_cell, printable
 from tlsearch.cv._pruners import describe as describe_prune_reason
 from tlsearch.errors import TLSearchError
 from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.reading._summary import summarize_trials
 from tlsearch.stores._stores import Stores
 
 _SPLIT = re.compile(r"^split(\d+)_test_score$")
@@ -222,17 +222,18 @@ def format_rows(rows: list[dict], fmt: str = "table") -> str:
 
 
 def best_summary(study: optuna.Study) -> str:
-    """The best trial(s): params, mean ± std CV score, per-fold scores."""
-    try:
+    """The best trial(s): params, mean ± std CV score, per-fold scores. One objective: the lowest-numbered of
+    the best (read by the store on MongoDB, with no trial loaded)."""
+    lines = []
+    if len(study.directions) == 1:
+        summary = summarize_trials(study)
+        best = [] if summary.best_number is None else [study.best_trial]
+        if summary.best_ties > 1:
+            lines.append(f"{summary.best_ties} trials tie for the best value; showing the lowest-numbered")
+    else:
         best = study.best_trials
-    except ValueError:
-        best = []
     if not best:
         return f"study {printable(repr(study.study_name))}: no complete trial yet"
-    lines = []
-    if len(study.directions) == 1 and len(best) > 1:  # ties: one trial, the first to reach the value
-        lines.append(f"{len(best)} trials tie for the best value; showing the lowest-numbered")
-        best = [min(best, key=lambda trial: trial.number)]
     for trial in best[:5]:
         values = ", ".join(_text(v) for v in trial.values)
         lines.append(f"best trial #{trial.number}: value {values}")
@@ -248,26 +249,30 @@ def best_summary(study: optuna.Study) -> str:
     return "\n".join(lines)
 
 
-def study_status(study_summary: optuna.study.StudySummary, study: optuna.Study) -> dict:
-    """Counts by state, best value, dataset, started and last activity of one study."""
-    trials = study.get_trials(deepcopy=False)
-    counts = Counter(t.state.name for t in trials)
-    times = [t for tr in trials for t in (tr.datetime_start, tr.datetime_complete) if t is not None]
-    best = study_summary.best_trial
+def study_status(study: optuna.Study) -> dict:
+    """Counts by state, best value, dataset, started and last activity (local time with its offset) of one
+    study, read with no trial loaded on MongoDB."""
+    summary = summarize_trials(study)
+    counts = summary.counts
     return {
-        "name": study_summary.study_name,
-        "directions": [d.name.lower() for d in study_summary.directions],
-        "complete": counts["COMPLETE"],
-        "pruned": counts["PRUNED"],
-        "failed": counts["FAIL"],
-        "running": counts["RUNNING"],
-        "waiting": counts["WAITING"],
-        "best_value": best.value if best is not None and len(study_summary.directions) == 1 else None,
-        "best_trial": best.number if best is not None else None,
+        "name": study.study_name,
+        "directions": ", ".join(d.name.lower() for d in study.directions),
+        "complete": counts.get("COMPLETE", 0),
+        "pruned": counts.get("PRUNED", 0),
+        "failed": counts.get("FAIL", 0),
+        "running": counts.get("RUNNING", 0),
+        "waiting": counts.get("WAITING", 0),
+        "best_value": summary.best_value,
+        "best_trial": summary.best_number,
         "dataset": study_attrs.read(study).get(study_attrs.DATASET_REF),
-        "started": min(times).isoformat(timespec="seconds") if times else None,
-        "last_activity": max(times).isoformat(timespec="seconds") if times else None,
+        "started": _moment(summary.first_start),
+        "last_activity": _moment(summary.last_activity),
     }
+
+
+def _moment(moment) -> str | None:
+    """A datetime Optuna keeps (naive, local) in ISO 8601 with the local offset."""
+    return moment.astimezone().isoformat(timespec="seconds") if moment is not None else None
 
 
 def _jsonable(value):

@@ -1,9 +1,12 @@
 """What tlsearch's study stores add to Optuna's storage interface, as protocols both stores implement
-(`MongoStorage`, `JournalStorage`); code that needs an extension checks for it with `isinstance`."""
+(`MongoStorage`, `JournalStorage`) unless one says otherwise; code that needs an extension checks for it with
+`isinstance`."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -28,3 +31,25 @@ class TrialSlotCounter(Protocol):
     def release_trial_slot(self, study_id: int) -> None:
         """Give back a slot (its trial failed)."""
         ...
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialsSummary:
+    """A study's trials summed up: counts by state name, the first start and the last start or finish, and,
+    for one objective, the best value, the lowest-numbered trial reaching it and how many do (as
+    `Study.best_trial`, without constraints: tlsearch sets none)."""
+
+    counts: Mapping[str, int]
+    first_start: datetime | None
+    last_activity: datetime | None
+    best_value: float | None = None
+    best_number: int | None = None
+    best_ties: int = 0
+
+
+@runtime_checkable
+class SummarizedTrials(Protocol):
+    """`TrialsSummary` computed by the store, with no trial loaded (`MongoStorage` only: a journal must be
+    replayed whole to know anything about its trials)."""
+
+    def summarize_trials(self, study_id: int) -> TrialsSummary: ...

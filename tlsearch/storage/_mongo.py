@@ -17,6 +17,7 @@ in between, within a second) share one refresh. Every write is sent before its c
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import threading
 import time
@@ -29,6 +30,7 @@ import pymongo
 from optuna.distributions import BaseDistribution, check_distribution_compatibility
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage
+from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from pymongo import ReturnDocument
 
@@ -37,6 +39,7 @@ from tlsearch._compat.optuna import BaseHeartbeat
 from tlsearch._renamed import renamed_keywords
 from tlsearch.storage import _codec as codec
 from tlsearch.storage._cache import StudyCache
+from tlsearch.storage._extensions import TrialsSummary
 from tlsearch.storage._mongo_connection import Collections
 from tlsearch.storage._mongo_studies import MongoStudies
 
@@ -456,6 +459,75 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
                 return
             _, window = cache.ids_to_refresh()  # a full window: more new trials may follow
             ids = list(window)
+
+    # Summaries the server computes: `tlsearch status` and `best` on a large study load no trial
+
+    def get_best_trial(self, study_id: int) -> FrozenTrial:
+        best = self._best_document(study_id)
+        if best is None:
+            raise ValueError("No trials are completed yet.")
+        return self.get_trial(int(best["_id"]))
+
+    def _best_document(self, study_id: int) -> dict[str, Any] | None:
+        """The `_id` and first `value` of the complete trial Optuna's `get_best_trial` picks (the lowest-numbered of
+        the best), None if there is none; RuntimeError for several objectives, as Optuna's."""
+        directions = self.get_study_directions(study_id)
+        complete = {"study_id": study_id, "state": TrialState.COMPLETE.name}
+        if len(directions) > 1:
+            if self._retrying(lambda c: c.trials.find_one(complete, {"_id": 1})) is None:
+                return None
+            raise RuntimeError("Best trial can be obtained only for single-objective optimization.")
+        order = -1 if directions[0] == StudyDirection.MAXIMIZE else 1
+        # An aggregation, not find().sort("values.0"): not every server we support sorts by an array element.
+        pipeline = [
+            {"$match": complete},
+            {"$project": {"value": {"$arrayElemAt": ["$values", 0]}, "number": 1}},
+            {"$sort": {"value": order, "number": 1}},
+            {"$limit": 1},
+        ]
+        return next(iter(self._retrying(lambda c: list(c.trials.aggregate(pipeline)))), None)
+
+    def summarize_trials(self, study_id: int) -> TrialsSummary:
+        """See `tlsearch.storage._extensions.SummarizedTrials`: one aggregation, and two reads for the best."""
+        groups = self._retrying(
+            lambda c: list(
+                c.trials.aggregate(
+                    [
+                        {"$match": {"study_id": study_id}},
+                        {
+                            "$group": {
+                                "_id": "$state",
+                                "n": {"$sum": 1},
+                                "first_start": {"$min": "$datetime_start"},
+                                "last_start": {"$max": "$datetime_start"},
+                                "last_complete": {"$max": "$datetime_complete"},
+                            }
+                        },
+                    ]
+                )
+            )
+        )
+        moments = [codec.decode_datetime(g[key]) for g in groups for key in ("last_start", "last_complete") if g[key]]
+        starts = [codec.decode_datetime(g["first_start"]) for g in groups if g["first_start"]]
+        summary = TrialsSummary(
+            counts={str(g["_id"]): int(g["n"]) for g in groups},
+            first_start=min(starts, default=None),
+            last_activity=max(moments, default=None),
+        )
+        if len(self.get_study_directions(study_id)) > 1:
+            return summary
+        best = self._best_document(study_id)
+        if best is None:
+            return summary
+        value = float(best["value"])
+        ties = self._retrying(
+            lambda c: c.trials.count_documents(
+                {"study_id": study_id, "state": TrialState.COMPLETE.name, "values.0": value}
+            )
+        )
+        return dataclasses.replace(
+            summary, best_value=value, best_number=codec.study_id_and_number(best["_id"])[1], best_ties=ties
+        )
 
     # Heartbeats (on the server's clock)
 
