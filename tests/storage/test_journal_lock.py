@@ -90,6 +90,48 @@ def test_a_cut_off_last_line_is_ignored_with_a_warning_and_the_next_write_repair
     assert [t.state for t in reread.trials] == [TrialState.COMPLETE] * 2
 
 
+class _WantedLock(QueuedJournalLock):
+    """The journal's lock, saying when this process first asks for it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.wanted = threading.Event()
+
+    def acquire(self) -> bool:
+        self.wanted.set()
+        return super().acquire()
+
+
+def test_a_line_another_process_is_still_writing_is_read_once_written_without_a_warning(tmp_path, caplog):
+    path = _journal_with_a_trial(tmp_path)
+    copy = tmp_path / "copy.journal"
+    copy.write_bytes(path.read_bytes())
+    optuna.load_study(study_name="crash", storage=open_journal(str(copy))).set_user_attr("k", "v")
+    line = copy.read_bytes()[len(path.read_bytes()) :]  # the operation a writer is appending
+    reader_lock, half_written = _WantedLock(str(path)), threading.Event()
+
+    def write_slowly() -> None:  # the second half once the reader waits for the lock (before this fix: never)
+        writer = QueuedJournalLock(str(path))
+        writer.acquire()
+        with open(path, "ab") as f:
+            f.write(line[:10])
+        half_written.set()
+        reader_lock.wanted.wait(30)
+        with open(path, "ab") as f:
+            f.write(line[10:])
+        writer.release()
+
+    thread = threading.Thread(target=write_slowly)
+    thread.start()
+    half_written.wait(30)
+    with caplog.at_level("WARNING", logger="tlsearch.storage._journal"):
+        storage = optuna.storages.JournalStorage(CrashTolerantJournalFile(str(path), lock_obj=reader_lock))
+        optuna.load_study(study_name="crash", storage=storage)
+    thread.join(30)
+    assert "cut-off" not in caplog.text
+    assert optuna.load_study(study_name="crash", storage=storage).user_attrs == {"k": "v"}  # read once whole
+
+
 def test_garbage_in_the_middle_of_the_journal_names_the_file_and_line(tmp_path):
     from tlsearch.errors import JournalDamagedError
 

@@ -139,7 +139,8 @@ class CrashTolerantJournalFile(BaseJournalBackend):
     """Optuna's journal file format (one JSON operation a line, as `JournalFileBackend` writes it), surviving a
     writer killed mid-append.
 
-    A cut-off last line (no newline) is skipped with a warning, and the next append cuts it off the file
+    A cut-off last line (no newline) is skipped, with a warning if it stays cut off while the lock is held (a
+    writer still writing it holds the lock), and the next append cuts it off the file
     before writing (under the file lock), so no later operation is glued to it. A damaged complete line
     raises `JournalDamagedError` naming the file and the line number. Plain Optuna reads the same file.
     """
@@ -159,17 +160,26 @@ class CrashTolerantJournalFile(BaseJournalBackend):
             )
             f.seek(offsets[log_number])
             for line in f:
-                if not line.endswith(b"\n"):
-                    log.warning(
-                        "journal file %s: ignoring a cut-off last line (a process stopped while writing "
-                        "it); the next write removes it",
-                        self.file_path,
-                    )
+                if not line.endswith(b"\n"):  # being written now, or left by a writer that died: read no further
+                    if self._left_by_a_dead_writer(self._log_number_offset[log_number]):
+                        log.warning(
+                            "journal file %s: ignoring a cut-off last line (a process stopped while writing "
+                            "it); the next write removes it",
+                            self.file_path,
+                        )
                     return
                 self._log_number_offset[log_number + 1] = self._log_number_offset[log_number] + len(line)
                 if log_number >= log_number_from:
                     yield self._decode(line, log_number)
                 log_number += 1
+
+    def _left_by_a_dead_writer(self, offset: int) -> bool:
+        """Whether the line at byte `offset` is still unfinished while we hold the lock every append holds: then
+        no writer is writing it."""
+        with _locked(self._lock), open(self.file_path, "rb") as f:
+            f.seek(offset)
+            line = f.readline()
+        return bool(line) and not line.endswith(b"\n")
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         with _locked(self._lock):
