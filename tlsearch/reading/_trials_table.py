@@ -271,16 +271,19 @@ def format_table(frame, width: int | None = None, *, compact: bool = True) -> st
     """A trials DataFrame as an aligned table whose every line fits `width` characters (default: the terminal's).
 
     `compact`: the default view, number, state, value(s), mean ± std (CV; ± std alone when the mean is the value),
-    folds (n_folds_run), duration and the parameters (named without `params_`); else the frame's columns.
-    Durations read like 12.3s or 4m05s. When the table is too wide, the columns past the view's fixed ones are
-    narrowed (names and values cut with …), then the last columns left out, and a last line names them."""
+    folds (n_folds_run), duration and the parameters; else the frame's columns. Parameters are named without
+    `params_`; durations read like 12.3s or 4m05s. When the table is too wide, the columns past the view's fixed
+    ones are narrowed, the widest first (names and values cut with …), then the last columns left out, and a
+    last line names them."""
     width = width or shutil.get_terminal_size().columns
     if frame.empty:
         return "(no trials)"
     columns, fixed = _compact_columns(frame) if compact else (_columns_as_text(frame), 0)
     names = [head for head, _ in columns]
-    if _table_width(columns) > width:
-        columns = columns[:fixed] + [_narrowed(column) for column in columns[fixed:]]
+    for index in sorted(range(fixed, len(columns)), key=lambda i: -_table_width(columns[i : i + 1])):
+        if _table_width(columns) <= width:
+            break
+        columns[index] = _narrowed(columns[index])  # the widest first
     while _table_width(columns) > width and len(columns) > 1:
         columns.pop()
     if _table_width(columns) > width:  # one column left, still too wide: cut to the line
@@ -332,7 +335,7 @@ def _columns_as_text(frame) -> list[tuple[str, list[str]]]:
     def cell(column, value):
         return human_duration(value) if column == "duration" else _cell(value)
 
-    return [(printable(c), [cell(c, v) for v in frame[c]]) for c in frame]
+    return [(printable(c.removeprefix("params_")), [cell(c, v) for v in frame[c]]) for c in frame]
 
 
 def _table_width(columns) -> int:
