@@ -65,7 +65,8 @@ def test_status_best_and_trials(local_study, capsys):
     assert main(["trials", "iris-tree", "--home", str(home), "--format", "json"]) == 0
     by_number = {row["number"]: row for row in json.loads(capsys.readouterr().out)}
     assert best and all(row == by_number[row["number"]] for row in best)  # the same fields, named alike
-    assert {"value_accuracy", "duration", "mean_test_score", "params_max_depth"} <= set(best[0])
+    assert {"value", "duration", "mean_test_score", "params_max_depth"} <= set(best[0])
+    assert isinstance(best[0]["duration"], float)  # seconds
 
 
 @pytest.mark.slow

@@ -125,6 +125,12 @@ def test_the_trials_table_and_report_read_a_split_trial(tmp_path, capsys):
     assert row["state"] == "COMPLETE" and row["rank_test_score"] == "1"
     assert float(row["mean_test_score"]) == pytest.approx(trial.value)
     assert all(row[f"split{k}_test_score"] != "" for k in range(3))
+    internal = [column for column in row if column.startswith("user_attrs_split") and column.endswith("_worker")]
+    assert internal == [] and "user_attrs_fold_tasks" not in row and row["user_attrs_worker"] != ""
+    columns = "number,user_attrs_split1_worker"
+    assert main(["trials", "tree", "--home", str(home), "--format", "csv", "--columns", columns]) == 0
+    [row] = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))  # internal, but there when asked for
+    assert list(row) == ["number", "user_attrs_split1_worker"] and row["user_attrs_split1_worker"] != ""
     assert main(["report", "tree", "--home", str(home), "-o", str(home / "tree.html")]) == 0
 
 

@@ -74,7 +74,7 @@ CV_COLUMNS = [
     "split1_test_score",
     "split2_test_score",
     "n_folds_run",
-    "value_balanced_accuracy",
+    "value",
     "state",
     "datetime_start",
     "datetime_complete",
@@ -103,7 +103,7 @@ def test_trials_table_has_cv_results_columns_in_scikit_learns_order(mixed_study,
         assert row["error"].startswith("ValueError: x=") and row["rank_test_score"] == ""
     complete = sorted(by_state["COMPLETE"], key=lambda r: int(r["rank_test_score"]))
     assert [int(r["rank_test_score"]) for r in complete] == list(range(1, len(complete) + 1))
-    values = [float(r["value_balanced_accuracy"]) for r in complete]
+    values = [float(r["value"]) for r in complete]
     assert values == sorted(values, reverse=True)
     assert all(r["std_test_score"] != "" and r["mean_fit_time"] != "" for r in complete)
 

@@ -40,10 +40,12 @@ def register(subparsers, parent) -> None:
         "trials",
         parents=[parent],
         help="the trials of a study, with per-fold scores",
-        description="The trials of study NAME: Optuna's trials_dataframe() led by scikit-learn's cv_results_ "
-        "columns (rank_test_score, mean/std test score, fit and score times, split{k}_test_score, "
-        "n_folds_run), then values, state, times and params_*.",
-        epilog="example: tlsearch trials digits-mlp --state complete --format csv > trials.csv",
+        description="The trials of study NAME. The table fits the terminal: number, state, value(s), CV mean ± "
+        "std, folds run, duration and params, cut or left out (and said so) when they do not fit. CSV, JSON "
+        "and Parquet have every column: Optuna's trials_dataframe() led by scikit-learn's cv_results_ columns "
+        "(rank_test_score, mean/std test score, fit and score times, split{k}_test_score, n_folds_run), then "
+        "value (values_{metric} with several objectives), state, times, duration (seconds) and params_*.",
+        epilog="example: tlsearch trials digits-mlp --top 10 --columns number,value,duration,params_lr",
     )
     trials.add_argument("name", metavar="NAME", type=study_name)
     trials.add_argument(
@@ -66,6 +68,28 @@ def register(subparsers, parent) -> None:
         choices=[s.name for s in TrialState],
         metavar="STATE",
         help="only trials in this state (complete, pruned, fail, running, waiting); repeatable",
+    )
+    trials.add_argument(
+        "--columns",
+        metavar="A,B,C",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        help="only these columns, in this order, named as in the CSV header (a parameter also without "
+        "params_); they may name the internal ones CSV leaves out: the fold tasks' user_attrs_fold_tasks and "
+        "user_attrs_split{k}_worker, the samplers' system_attrs_*",
+    )
+    trials.add_argument(
+        "--sort",
+        metavar="COLUMN",
+        help="order of the rows (default: number): ascending, except value columns, best first in the study's "
+        "direction (complete trials first)",
+    )
+    trials.add_argument("--reverse", action="store_true", help="reverse the order of --sort")
+    trials.add_argument(
+        "--top",
+        type=int,
+        metavar="N",
+        help="only the N best complete trials by the objective, best first (with several objectives, by the "
+        "value column --sort names)",
     )
     trials.set_defaults(func=_trials)
 
@@ -169,8 +193,13 @@ def _trials(args) -> int:
         raise TLSearchError("--format parquet writes a file: give it with --output FILE.parquet")
     if args.format == "parquet":
         trials_table.require_pyarrow()  # before reading the study
-    frame = trials_table.trials_frame(_load(args), states)
-    text = trials_table.format_frame(frame, args.format, args.output, raw_csv=args.raw_csv)
+    frame = trials_table.trials_frame(
+        _load(args), states, columns=args.columns, sort=args.sort, reverse=args.reverse, top=args.top
+    )
+    if args.format == "table":
+        text = trials_table.format_table(frame, compact=args.columns is None)
+    else:
+        text = trials_table.format_frame(frame, args.format, args.output, raw_csv=args.raw_csv)
     if text is not None and args.output:
         write_file(args.output, text)
     elif text is not None:

@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import re
+import shutil
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -73,28 +74,55 @@ def results(
     home=None,
     states: tuple[TrialState, ...] | None = None,
 ):
-    """The trials of study `name` as a pandas DataFrame, one row per trial (what `tlsearch trials` prints)."""
+    """The trials of study `name` as a pandas DataFrame, one row per trial (what `tlsearch trials --format csv`
+    writes)."""
     return trials_frame(study_attrs.load(Stores.resolve(mongo, database, home), name), states)
 
 
-def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = None):
+def trials_frame(
+    study: optuna.Study,
+    states: tuple[TrialState, ...] | None = None,
+    *,
+    columns: list[str] | None = None,
+    sort: str | None = None,
+    reverse: bool = False,
+    top: int | None = None,
+):
     """`study.trials_dataframe()` led by scikit-learn's cv_results_ columns, in this order: number,
     rank_test_score, mean/std_test_score, mean/std_fit_time, mean/std_score_time, split{k}_test_score,
-    n_folds_run, value(s) (`value_{metric}` once the study names its metric), state, datetime_start, datetime_complete, duration, params_* (sorted), the
-    remaining user_attrs_* and the retry columns system_attrs_failed_trial / _retry_history (a column no trial
-    fills, and the samplers' own system attributes, are left out), prune_reason (one line: why a pruned trial was stopped), error. The columns depend only on the study, not on `states` or
-    on which trial has which parameter.
+    n_folds_run, value (values_{metric} per objective with several), state, datetime_start, datetime_complete,
+    duration (seconds), params_* (sorted), the remaining user_attrs_* and the retry columns
+    system_attrs_failed_trial / _retry_history, prune_reason (one line: why a pruned trial was stopped), error.
+    A column empty in every trial of the study is left out (but number, state and the values), and so are the
+    internal ones: the samplers' system attributes and the fold tasks' bookkeeping (user_attrs_fold_tasks,
+    user_attrs_split{k}_worker). The columns depend only on the study, not on `states` or on which trial has
+    which parameter.
+
+    `columns`: exactly these, in this order, internal and empty ones included (a parameter may be named without
+    `params_`); an unknown name raises a TLSearchError listing the valid ones. Rows are in trial number order,
+    or by `sort` (ascending; a value column best first, complete trials first), `reverse` reversing it. `top`:
+    only the `top` best complete trials by the objective (with several objectives, the one `sort` names).
     Ranks count complete trials only (1 = best; ties share the best rank). A pruned trial has NaN for the
     folds it did not run and for its standard deviations (they cover only the folds run)."""
+    full = _full_frame(study)
+    chosen = _chosen_columns(full, columns)
+    rows = full if states is None else full[full["state"].isin([state.name for state in states])]
+    rows = _ordered(rows, study, None if sort is None else _column(full, sort, "--sort"), reverse, top)
+    return rows[chosen].reset_index(drop=True)
+
+
+def _full_frame(study: optuna.Study):
+    """Every trial, every column (internal and empty ones included), in `trials_frame`'s order."""
     import pandas as pd
 
     every = study.get_trials(deepcopy=False)
-    trials = [t for t in every if states is None or t.state in states]
-    frame = study.trials_dataframe(multi_index=False) if every else pd.DataFrame({"number": []})
-    frame = frame.drop(columns=[c for c in frame if _is_bookkeeping(c) or (_is_attr(c) and frame[c].isna().all())])
-    frame = frame[frame["number"].isin([t.number for t in trials])].reset_index(drop=True)
-    by_number = {t.number: t for t in trials}
-    n_folds = max((len(fold_scores(t)) for t in every), default=0)  # the same columns whatever `states`
+    if not every:
+        return pd.DataFrame({column: [] for column in ("number", *value_names(study), "state")})
+    frame = study.trials_dataframe(multi_index=False)
+    frame = frame.rename(columns=dict(zip(_value_columns(frame), value_names(study))))
+    frame["duration"] = pd.to_timedelta(frame["duration"]).dt.total_seconds()
+    by_number = {t.number: t for t in every}
+    n_folds = max(len(fold_scores(t)) for t in every)
     cv = pd.DataFrame(
         [_cv_columns(by_number[n], n_folds) for n in frame["number"]],
         columns=[*_CV_COLUMNS[1:], *(f"split{k}_test_score" for k in range(n_folds)), "n_folds_run", *_WHY],
@@ -103,27 +131,85 @@ def trials_frame(study: optuna.Study, states: tuple[TrialState, ...] | None = No
     frame = pd.concat([frame, cv], axis=1)
     frame.insert(1, "rank_test_score", _ranks(study, frame))
     frame = frame.drop(columns=[c for c in frame if c.startswith("user_attrs_") and c[11:] in cv.columns])
-    frame = frame.drop(columns=[c for c in _WHY if not frame[c].notna().any()])
     first = ["number", *_CV_COLUMNS, *(f"split{k}_test_score" for k in range(n_folds)), "n_folds_run"]
     values = _value_columns(frame)
-    times = [c for c in ("state", "datetime_start", "datetime_complete", "duration") if c in frame]
+    times = ["state", "datetime_start", "datetime_complete", "duration"]
     params = sorted(c for c in frame if c.startswith("params_"))
     rest = sorted(c for c in frame if c not in {*first, *values, *times, *params, *_WHY})
-    order = [*first, *values, *times, *params, *rest, *(c for c in _WHY if c in frame)]
-    return frame[order]
+    return frame[[*first, *values, *times, *params, *rest, *_WHY]]
+
+
+def value_names(study: optuna.Study) -> list[str]:
+    """The value columns, in objective order: `value`, or `values_{metric}` (`values_{i}` unnamed) with several."""
+    if len(study.directions) == 1:
+        return ["value"]
+    return [f"values_{name}" for name in study.metric_names or range(len(study.directions))]
 
 
 # The system attributes a user reads: a retried trial's first attempt and its attempts. The others are samplers'
-# bookkeeping (TPE's relative params, a grid's id and space, CMA-ES and NSGA-II state), not results.
+# bookkeeping (TPE's relative params, a grid's id and space, CMA-ES and NSGA-II state), not results; so is which
+# worker ran which fold task.
 _SHOWN_SYSTEM_ATTRS = ("system_attrs_failed_trial", "system_attrs_retry_history")
+_FOLD_TASK_ATTR = re.compile(r"^user_attrs_(fold_tasks|split\d+_worker)$")
 
 
-def _is_bookkeeping(column: str) -> bool:
-    return column.startswith("system_attrs_") and column not in _SHOWN_SYSTEM_ATTRS
+def _is_internal(column: str) -> bool:
+    if column.startswith("system_attrs_"):
+        return column not in _SHOWN_SYSTEM_ATTRS
+    return bool(_FOLD_TASK_ATTR.match(column))
 
 
-def _is_attr(column: str) -> bool:
-    return column.startswith(("user_attrs_", "system_attrs_"))
+def _chosen_columns(full, columns: list[str] | None) -> list[str]:
+    if columns is not None:
+        return list(dict.fromkeys(_column(full, name, "--columns") for name in columns))
+    kept = ("number", "state", *_value_columns(full))
+    return [c for c in full if not _is_internal(c) and (c in kept or full[c].notna().any())]
+
+
+def _column(full, name: str, option: str) -> str:
+    """The column `name` names: itself, or a parameter's name without `params_`."""
+    for column in (name, f"params_{name}"):
+        if column in full:
+            return column
+    valid = ", ".join(printable(c) for c in full)
+    raise TLSearchError(f"{option}: no column {printable(repr(name))}; the columns of this study: {valid}")
+
+
+def _ordered(rows, study: optuna.Study, sort: str | None, reverse: bool, top: int | None):
+    values = value_names(study)
+    if top is not None:
+        if top < 1:
+            raise TLSearchError(f"--top takes a number of trials of 1 or more, not {top}")
+        objective = sort if sort in values else values[0] if len(values) == 1 else None
+        if objective is None:
+            raise TLSearchError(
+                f"--top ranks the trials by one objective and this study has {len(values)}: add --sort with "
+                f"one of {', '.join(values)} (tlsearch best shows the Pareto front)"
+            )
+        complete = rows[rows["state"] == TrialState.COMPLETE.name]
+        best_first = [_minimised(study, objective), True]
+        rows = complete.sort_values([objective, "number"], ascending=best_first, kind="stable").head(top)
+        sort = sort or objective
+    sort = sort or "number"
+    ascending = _minimised(study, sort) if sort in values else True
+    rows = _sorted(rows, sort, ascending != reverse)
+    if sort in values:  # a pruned trial's value is its last report, not a score to rank with the complete ones
+        rows = rows.sort_values("state", key=lambda state: state != TrialState.COMPLETE.name, kind="stable")
+    return rows
+
+
+def _minimised(study: optuna.Study, value_column: str) -> bool:
+    index = value_names(study).index(value_column)
+    return study.directions[index] == optuna.study.StudyDirection.MINIMIZE
+
+
+def _sorted(rows, column: str, ascending: bool):
+    try:
+        return rows.sort_values(column, ascending=ascending, kind="stable", na_position="last")
+    except TypeError:  # a categorical parameter whose choices mix types: by their text
+        text = rows[column].map(lambda value: value if _missing(value) else str(value))
+        order = text.sort_values(ascending=ascending, kind="stable", na_position="last").index
+        return rows.loc[order]
 
 
 def _cv_columns(trial: FrozenTrial, n_folds: int) -> list:
@@ -173,7 +259,112 @@ def format_frame(frame, fmt: str = "table", path=None, *, raw_csv: bool = False)
         return (frame if raw_csv else _neutralised(frame)).to_csv(index=False)
     if fmt == "json":
         return frame.to_json(orient="records", date_format="iso", indent=2)
-    return format_rows([{k: (None if _missing(v) else v) for k, v in row.items()} for row in frame.to_dict("records")])
+    return format_table(frame, compact=False)
+
+
+# When the table does not fit, a column past the view's fixed ones is cut to its values' width, its name to
+# no fewer than 8 characters (enough to tell parameters apart), and neither past 12.
+_CUT_NAME, _CUT = 8, 12
+
+
+def format_table(frame, width: int | None = None, *, compact: bool = True) -> str:
+    """A trials DataFrame as an aligned table whose every line fits `width` characters (default: the terminal's).
+
+    `compact`: the default view, number, state, value(s), mean ± std (CV; ± std alone when the mean is the value),
+    folds (n_folds_run), duration and the parameters; else the frame's columns. Parameters are named without
+    `params_`; durations read like 12.3s or 4m05s. When the table is too wide, the columns past the view's fixed
+    ones are narrowed, the widest first (names and values cut with …), then the last columns left out, and a
+    last line names them."""
+    width = width or shutil.get_terminal_size().columns
+    if frame.empty:
+        return "(no trials)"
+    columns, fixed = _compact_columns(frame) if compact else (_columns_as_text(frame), 0)
+    names = [head for head, _ in columns]
+    for index in sorted(range(fixed, len(columns)), key=lambda i: -_table_width(columns[i : i + 1])):
+        if _table_width(columns) <= width:
+            break
+        columns[index] = _narrowed(columns[index])  # the widest first
+    while _table_width(columns) > width and len(columns) > 1:
+        columns.pop()
+    if _table_width(columns) > width:  # one column left, still too wide: cut to the line
+        columns = [(_cut(head, width), [_cut(cell, width) for cell in cells]) for head, cells in columns]
+    widths = [max(len(head), *map(len, cells)) for head, cells in columns]
+    rows = zip(*([head, *cells] for head, cells in columns))
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    hidden = names[len(columns) :]
+    if hidden:
+        s = "s" if len(hidden) > 1 else ""
+        note = f"{len(hidden)} more column{s} (--columns to choose, --format csv for all): {', '.join(hidden)}"
+        lines.append(_cut(note, width))
+    return "\n".join(lines)
+
+
+def _compact_columns(frame) -> tuple[list[tuple[str, list[str]]], int]:
+    """The default view's (header, cells) columns, and how many lead it before the parameters."""
+    values = _value_columns(frame)
+    columns = [(c, [_cell(v) for v in frame[c]]) for c in ("number", "state", *values) if c in frame]
+    if "mean_test_score" in frame:
+        means = frame["mean_test_score"]
+        stds = frame["std_test_score"] if "std_test_score" in frame else means * math.nan
+        if values == ["value"] and _same(means, frame["value"]):  # the value is the CV mean: no need to repeat it
+            columns.append(("± std", [_cell(std, digits=2) for std in stds]))
+        else:
+            columns.append(("mean ± std", [_mean_std(mean, std) for mean, std in zip(means, stds)]))
+    if "n_folds_run" in frame:
+        columns.append(("folds", [_cell(v) for v in frame["n_folds_run"]]))
+    if "duration" in frame:
+        columns.append(("duration", [human_duration(v) for v in frame["duration"]]))
+    fixed = len(columns)
+    params = sorted(c for c in frame if c.startswith("params_"))
+    columns += [(printable(c[len("params_") :]), [_cell(v, digits=4) for v in frame[c]]) for c in params]
+    return columns, fixed
+
+
+def _same(means, values) -> bool:
+    both = means.notna() & values.notna()
+    return bool(((means[both] - values[both]).abs() <= 1e-12 * values[both].abs().clip(lower=1)).all())
+
+
+def _narrowed(column: tuple[str, list[str]]) -> tuple[str, list[str]]:
+    head, cells = column
+    width = min(_CUT, max(_CUT_NAME, *map(len, cells)))
+    return _cut(head, width), [_cut(cell, width) for cell in cells]
+
+
+def _columns_as_text(frame) -> list[tuple[str, list[str]]]:
+    def cell(column, value):
+        return human_duration(value) if column == "duration" else _cell(value)
+
+    return [(printable(c.removeprefix("params_")), [cell(c, v) for v in frame[c]]) for c in frame]
+
+
+def _table_width(columns) -> int:
+    return sum(max(len(head), *map(len, cells)) for head, cells in columns) + 2 * (len(columns) - 1)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _mean_std(mean, std) -> str:
+    if _missing(mean):
+        return ""
+    return f"{mean:.4g}" if _missing(std) else f"{mean:.4g} ± {std:.2g}"
+
+
+def human_duration(seconds) -> str:
+    """Seconds as a person reads them: 0.024s, 2.3s, 12.3s, 4m05s, 2h03m; empty when missing."""
+    if _missing(seconds):
+        return ""
+    if seconds < 10:
+        return f"{seconds:.2g}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
 
 
 def _neutralised(frame):
@@ -288,3 +479,10 @@ def _text(value) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return printable(value)
+
+
+def _cell(value, digits: int = 6) -> str:
+    """A trials table cell: floats to `digits` significant digits, a missing value (None, NaN, NA) empty."""
+    if _missing(value):
+        return ""
+    return f"{value:.{digits}g}" if isinstance(value, float) else printable(value)
