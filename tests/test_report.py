@@ -110,7 +110,7 @@ def test_the_first_screen_answers_before_any_figure(toy_study, tmp_path):
     assert f"Best trial #{best.number}" in answer
     for name, value in best.params.items():
         shown = f"{value:.6g}" if isinstance(value, float) else str(value)
-        assert f"<td>{name}</td><td>{shown}</td>" in answer
+        assert f"<dt>{name}</dt><dd>{shown}</dd>" in answer
     mean, std = best.user_attrs["mean_test_score"], best.user_attrs["std_test_score"]
     assert f"<td>{mean:.6g} ± {std:.3g}</td>" in answer
     folds = [best.user_attrs[f"split{k}_test_score"] for k in range(5)]

@@ -156,7 +156,7 @@ def test_report_of_a_run_shows_failures_timeline_pruned_trials_hashes_and_metric
     assert f"Best trial #{best.number}" in answer
     assert f"{attrs['mean_test_score']:.6g} ± {attrs['std_test_score']:.3g} over 3 folds" in answer
     assert "".join(f"<td>{attrs[f'split{k}_test_score']:.6g}</td>" for k in range(3)) in answer
-    assert all(f"<td>{name}</td>" in answer for name in best.params)
+    assert all(f"<dt>{name}</dt>" in answer for name in best.params)
 
     headings = re.findall(r"<h2>(.*?)</h2>", page)
     assert headings[0] == "Optimisation history" and headings[-2:] == ["Failures", "Pruned trials"]

@@ -145,12 +145,9 @@ def _render_answer(study: optuna.Study, trials: list[FrozenTrial]) -> str:
     scores = fold_scores(best)
     folds = html_table([f"fold {k}" for k in scores], [[fmt(v) for v in scores.values()]], "folds") if scores else ""
     return (
-        f'<div class="answer"><div><h2 class="best">Best trial #{best.number}</h2>'
-        + _facts_table(facts)
-        + folds
-        + "</div>"
-        + _params_table(best)
-        + "</div>"
+        f'<div class="answer"><h2 class="best">Best trial #{best.number}</h2>'
+        f'<div class="facts">{_facts_table(facts)}<div class="wide">{folds}</div></div>'
+        f"{_params_list(best)}</div>"
     )
 
 
@@ -165,11 +162,11 @@ def _render_pareto_answer(study: optuna.Study) -> str:
     more = (
         f" The first {len(rows)} by {names[0]} are listed; Top trials below has more." if len(front) > len(rows) else ""
     )
+    table = html_table(["Trial", *(f"{n} (mean ± std)" for n in names), "Params"], rows, "pareto")
     return (
-        f'<div class="answer"><div><h2 class="best">Pareto front: {len(front)} trial(s)</h2>'
+        f'<div class="answer"><h2 class="best">Pareto front: {len(front)} trial(s)</h2>'
         f'<p class="note">No trial is better on every objective than these.{html.escape(more)}</p>'
-        + html_table(["Trial", *(f"{n} (mean ± std)" for n in names), "Params"], rows, "pareto")
-        + "</div></div>"
+        f'<div class="wide">{table}</div></div>'
     )
 
 
@@ -188,10 +185,14 @@ def _params_text(trial: FrozenTrial) -> str:
     return ", ".join(f"{k} = {fmt(v)}" for k, v in trial.params.items()) or "—"
 
 
-def _params_table(trial: FrozenTrial) -> str:
+def _params_list(trial: FrozenTrial) -> str:
+    """The parameters as name-value pairs in as many columns as the page width holds."""
     if not trial.params:
         return '<p class="note">No parameters.</p>'
-    return html_table(["Parameter", "Value"], [[k, fmt(v)] for k, v in trial.params.items()], "params")
+    pairs = "".join(
+        f"<div><dt>{html.escape(str(k))}</dt><dd>{html.escape(fmt(v))}</dd></div>" for k, v in trial.params.items()
+    )
+    return f'<dl class="params">{pairs}</dl>'
 
 
 def _facts_table(rows: list[tuple[str, str]]) -> str:
@@ -256,13 +257,15 @@ table.trials { font-size: .9em; } table.trials th { background: #f3f3f3; }
 table.trials td, table.trials th { border: 1px solid #ddd; } table.trials td { font-variant-numeric: tabular-nums; }
 div.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 0 1em; }
 table.failures td:last-child { font-family: ui-monospace, monospace; font-size: .9em; word-break: break-word; }
-div.answer { display: flex; flex-wrap: wrap; gap: 0 3em; align-items: flex-start; margin: 1em 0;
-  padding: 0 1.2em 1em; background: #f6f8fb; border: 1px solid #dde3ec; border-radius: 6px; }
-div.answer h2.best { border: none; margin: .6em 0 .3em; }
+div.answer { margin: 1em 0; padding: 0 1.2em 1em; background: #f6f8fb; border: 1px solid #dde3ec; border-radius: 6px; }
+div.answer h2.best { border: none; margin: .6em 0 .2em; }
+div.facts { display: flex; flex-wrap: wrap; gap: .4em 3em; align-items: flex-start; }
 div.answer table.header td { font-family: inherit; font-variant-numeric: tabular-nums; }
-div.answer table.trials { margin-top: .6em; background: #fff; } div.answer > table.params { margin-top: 1.2em; }
-table.params td, table.pareto td:last-child { word-break: break-word; }
-table.params td:first-child { font-family: ui-monospace, monospace; }
+div.answer table.trials { margin-top: .3em; background: #fff; } div.wide { overflow-x: auto; max-width: 100%; }
+dl.params { display: grid; grid-template-columns: repeat(auto-fill, minmax(15em, 1fr)); gap: 0 2em; margin: .8em 0 0; }
+dl.params div { display: flex; gap: .6em; padding: .25em 0; border-bottom: 1px solid #e3e8ef; }
+dl.params dt { font-family: ui-monospace, monospace; color: #555; } dl.params dd { margin: 0; font-weight: 600; }
+dl.params dt, dl.params dd, table.pareto td:last-child { word-break: break-word; }
 nav ul { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: .4em 1.2em; }
 p.empty { font-size: 1.2em; } p.note, p.png, footer { color: #666; } footer { margin-top: 3em; font-size: .8em; }
 """
