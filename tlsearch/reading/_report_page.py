@@ -162,10 +162,10 @@ def _render_pareto_answer(study: optuna.Study) -> str:
     more = (
         f" The first {len(rows)} by {names[0]} are listed; Top trials below has more." if len(front) > len(rows) else ""
     )
-    table = html_table(["Trial", *(f"{n} (mean ± std)" for n in names), "Params"], rows, "pareto")
+    table = html_table(["Trial", *names, "Params"], rows, "pareto")
     return (
         f'<div class="answer"><h2 class="best">Pareto front: {len(front)} trial(s)</h2>'
-        f'<p class="note">No trial is better on every objective than these.{html.escape(more)}</p>'
+        f'<p class="note">No other trial does better on one objective without doing worse on another.{html.escape(more)}</p>'
         f'<div class="wide">{table}</div></div>'
     )
 
