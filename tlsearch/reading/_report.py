@@ -424,8 +424,9 @@ def _learning_curves_section(study: optuna.Study, top: list[FrozenTrial]) -> Sec
         ", solid on the rows early stopping holds out of them" if held_out else " (no early stopping: no rows held out)"
     )
     note = (
-        f"As Keras logged them each epoch, for the {len(drawn)} best trial(s), one line per fold: dotted on the "
-        f"fold's training rows{rows}. The fold's validation rows are scored once, after training: Fold scores above."
+        f"{' and '.join(names).capitalize()} as Keras logged them each epoch, for the {len(drawn)} best trial(s), one "
+        f"line per fold: dotted on the fold's training rows{rows}. The fold's validation rows are scored once, after "
+        "training: Fold scores above."
     )
     return Section(
         slug,

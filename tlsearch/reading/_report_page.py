@@ -143,10 +143,10 @@ def _render_answer(study: optuna.Study, trials: list[FrozenTrial]) -> str:
     if ties > 1:
         facts.append(("Ties", f"{ties} trials share the best value; this is the lowest-numbered"))
     scores = fold_scores(best)
-    folds = html_table([f"fold {k}" for k in scores], [[fmt(v) for v in scores.values()]], "folds") if scores else ""
+    folds = html_table([f"fold {k}" for k in scores], [[fmt(v) for v in scores.values()]], "folds")
     return (
         f'<div class="answer"><h2 class="best">Best trial #{best.number}</h2>'
-        f'<div class="facts">{_facts_table(facts)}<div class="wide">{folds}</div></div>'
+        f'<div class="facts">{_facts_table(facts)}{f"<div class=wide>{folds}</div>" if scores else ""}</div>'
         f"{_params_list(best)}</div>"
     )
 
