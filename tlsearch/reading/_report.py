@@ -306,7 +306,7 @@ def _full_axis_names(figure: go.Figure, view: TrialsView, target_name: str) -> g
 
     Optuna cuts names to 17 characters ("optimizer.learnin..."), which can make two axes read the same; past
     _AXIS_NAME_CHARS a name keeps its start and its end. The names are tilted when they would overlap at the
-    width of an 800 px page, and the left margin grows to hold the first one."""
+    width of an 800 px page (the left margin then grows to hold the first one)."""
     labels = list(figure.layout.xaxis.ticktext or ())
     params = sorted({p for t in view.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) for p in t.params})
     names = [target_name, *params]  # Optuna's axes: the objective, then the parameters by name
@@ -318,8 +318,9 @@ def _full_axis_names(figure: go.Figure, view: TrialsView, target_name: str) -> g
     half = _AXIS_NAME_CHARS // 2
     names = [name if len(name) <= _AXIS_NAME_CHARS else f"{name[: half - 1]}…{name[-half:]}" for name in names]
     tilted = max(map(len, names)) * 7 > 650 / max(len(names) - 0.6, 1)  # ~7 px a character, ~650 px of plot
-    figure.update_xaxes(ticktext=names, tickangle=-30 if tilted else 0, automargin=True)
-    if tilted:
+    figure.update_xaxes(ticktext=names, automargin=True)
+    if tilted:  # else Plotly's own "auto" angle, which tilts them only if they collide at the width drawn
+        figure.update_xaxes(tickangle=-30)
         figure.update_layout(margin={"l": max(80, 6 * len(names[0]))})
     return figure
 
