@@ -20,13 +20,13 @@ from tlsearch.reading._report import write_report
 from tlsearch.reading._study_attrs import DATASET_HASH as ATTR_DATASET_HASH
 
 SECTIONS = [
-    "Timeline",
     "Optimisation history",
+    "Fold scores of the top trials",
     "Parameter importances",
     "Parallel coordinates",
     "Slice plots",
     "Intermediate values per fold",
-    "Fold scores of the top trials",
+    "Timeline",
     "Top trials",
 ]
 HOSTILE = "<script>alert('x')</script>"
@@ -96,11 +96,57 @@ def test_report_of_a_small_study_has_every_section(toy_study, tmp_path):
     assert _h2(page) == SECTIONS
     assert "Study toy" in page
     assert "15 (15 complete)" in page
-    assert f"(trial #{toy_study.best_trial.number})" in page
+    assert f"Best trial #{toy_study.best_trial.number}" in page
     assert page.count("* plotly.js v") == 1
     _assert_self_contained(page)
     assert "Could not be drawn" not in page
     assert "±" in page and "fold 4" in page
+
+
+def test_the_first_screen_answers_before_any_figure(toy_study, tmp_path):
+    page = _write(toy_study, tmp_path)
+    answer = page[: page.index('class="plotly-graph-div"')]
+    best = toy_study.best_trial
+    assert f"Best trial #{best.number}" in answer
+    for name, value in best.params.items():
+        shown = f"{value:.6g}" if isinstance(value, float) else str(value)
+        assert f"<dt>{name}</dt><dd>{shown}</dd>" in answer
+    mean, std = best.user_attrs["mean_test_score"], best.user_attrs["std_test_score"]
+    assert f"<td>{mean:.6g} ± {std:.3g}</td>" in answer
+    folds = [best.user_attrs[f"split{k}_test_score"] for k in range(5)]
+    assert "<tr>" + "".join(f"<td>{score:.6g}</td>" for score in folds) + "</tr>" in answer
+    runner_up = sorted(toy_study.trials, key=lambda t: -t.value)[1]
+    assert f"trial #{runner_up.number}: {runner_up.value:.6g} ±" in answer
+
+
+def test_of_trials_tied_for_the_best_the_answer_is_the_lowest_numbered(tmp_path):
+    study = _study("ties", direction="maximize")
+    study.optimize(lambda t: round(t.suggest_float("x", 0, 1)) + 1.0, n_trials=8)
+    first = min(t.number for t in study.trials if t.value == study.best_value)
+    ties = sum(t.value == study.best_value for t in study.trials)
+    page = _write(study, tmp_path)
+    assert f"Best trial #{first}" in page
+    assert f"{ties} trials share the best value; this is the lowest-numbered" in page
+
+
+def test_the_failed_and_pruned_tables_come_after_every_figure(tmp_path):
+    study = _study("mixed", direction="maximize")
+
+    def objective(trial):
+        if trial.number % 4 == 1:
+            trial.report(trial.suggest_float("x", -5, 5), 0)
+            raise optuna.TrialPruned()
+        if trial.number % 4 == 2:
+            trial.set_user_attr("error_type", "RuntimeError")
+            raise RuntimeError("out of memory")
+        return _toy_objective(trial)
+
+    study.optimize(objective, n_trials=12, catch=(RuntimeError,))
+    page = _write(study, tmp_path)
+    assert _h2(page) == [*SECTIONS, "Failures", "Pruned trials"]
+    last_figure = page.rindex('class="plotly-graph-div"')
+    tables = [page.index(f'<section id="{slug}">') for slug in ("top-trials", "failures", "pruned")]
+    assert last_figure < tables[0] < tables[1] < tables[2]
 
 
 def test_top_trials_table_is_ranked_and_bounded_by_top_k(toy_study, tmp_path):
@@ -244,7 +290,7 @@ def test_study_with_only_failed_trials(tmp_path):
     page = _write(study, tmp_path)
     assert "3 (3 failed)" in page
     assert "No completed trials yet" in page
-    assert _h2(page) == ["Failures", "Timeline"]
+    assert _h2(page) == ["Timeline", "Failures"]
     assert "<td>RuntimeError</td><td>3</td><td>#0, #1, #2</td><td>out of memory</td>" in page
 
 
@@ -252,7 +298,7 @@ def test_study_with_only_pruned_trials_shows_their_fold_values(tmp_path):
     study = _pruned_only_study()
     page = _write(study, tmp_path)
     assert "No completed trials yet" in page
-    assert _h2(page) == ["Pruned trials", "Timeline", "Intermediate values per fold"]
+    assert _h2(page) == ["Intermediate values per fold", "Timeline", "Pruned trials"]
     assert "Pruned (last reported value)" in page
     _assert_self_contained(page)
 
@@ -263,8 +309,13 @@ def test_multi_objective_study_shows_the_pareto_front(tmp_path):
     study.set_metric_names(["loss", "accuracy"])
     study.optimize(lambda t: (t.suggest_float("x", 0, 1), t.suggest_float("y", 0, 1)), n_trials=12)
     page = _write(study, tmp_path)
-    assert _h2(page)[:2] == ["Timeline", "Pareto front"]
+    assert _h2(page)[0] == "Pareto front"
     assert "Optimisation history" not in page
+    answer = page[: page.index('<section id="pareto-front">')]
+    front = sorted(study.best_trials, key=lambda t: t.values[0])
+    assert f"Pareto front: {len(front)} trial(s)" in answer
+    listed = [int(n) for n in re.findall(r"<tr><td>#(\d+)</td>", answer)]
+    assert listed == [t.number for t in front[:5]]
     assert "loss (minimize), accuracy (maximize)" in page
     assert "Pareto-optimal trials" in page
     assert "Could not be drawn" not in page
@@ -334,6 +385,34 @@ def test_importances_are_the_ones_optuna_dashboard_shows_and_say_how_they_are_co
     assert "on all 15 complete trials" in page
 
 
+def _layout(page: str, div_id: str) -> dict:
+    """The layout of the figure drawn in the page's `div_id` (the JSON after its traces in plotly's newPlot call)."""
+    marker = f'"{div_id}",'
+    decoder = json.JSONDecoder()
+    rest = page[page.index(marker) + len(marker) :].lstrip()
+    _, end = decoder.raw_decode(rest)
+    layout, _ = decoder.raw_decode(rest[end:].lstrip(", \n"))
+    return layout
+
+
+def test_parallel_coordinate_axes_keep_names_that_optuna_would_cut(tmp_path):
+    long = "a_parameter_name_long_enough_to_need_its_middle_left_out"
+    study = _study("long names")
+    study.optimize(
+        lambda t: (
+            t.suggest_float("optimizer.learning_rate", 1e-4, 0.1, log=True)
+            + t.suggest_float("optimizer.learning_rate_decay", 0, 1)
+            + t.suggest_float(long, 0, 1)
+        ),
+        n_trials=6,
+    )
+    page = _write(study, tmp_path)
+    axis = _layout(page, "parallel-coordinates-1")["xaxis"]
+    shortened = f"{long[:19]}…{long[-20:]}"  # past 40 characters, the start and the end
+    assert axis["ticktext"] == ["Value", shortened, "optimizer.learning_rate", "optimizer.learning_rate_decay"]
+    assert axis["tickangle"] == -30 and axis["automargin"] is True  # tilted: they would overlap at 800 px
+
+
 def _large_study(n_trials: int) -> optuna.Study:
     """`n_trials` trials made through Optuna's API, every fifth pruned after two folds."""
     study = _study("large", direction="maximize")
@@ -379,6 +458,58 @@ def test_a_study_larger_than_a_figure_draws_is_drawn_from_a_sample_that_keeps_ev
     assert "500 pruned trial(s). The latest 100 are listed" in page
     listed = re.findall(r"<tr><td>#(\d+)</td><td>2</td>", page)  # the pruned table's rows: number, folds run
     assert [int(n) for n in listed] == list(range(2499, 2000, -5))
+
+
+def _keras_space(trial: optuna.Trial) -> dict:
+    return {
+        "mlp": {
+            "units": [trial.suggest_categorical("units", [16, 32])],
+            "dropout": 0.0,
+            "activation": "relu",
+            "batch_norm": False,
+        },
+        "optimizer": {"name": "adam", "learning_rate": trial.suggest_float("learning_rate", 1e-3, 0.1, log=True)},
+    }
+
+
+@pytest.mark.slow
+def test_a_keras_studys_report_draws_the_best_trials_learning_curves(tmp_path):
+    from tests.stored_study import StoredStudy
+    from tests.test_models import build_mlp
+    from tlsearch.spec._spec import KerasModel, StudySpec
+
+    spec = StudySpec(
+        name="keras-curves",
+        dataset="sklearn:digits",
+        space=_keras_space,
+        model=KerasModel(build_mlp, epochs=3, batch_size=64, early_stopping=2),
+        cv=2,
+        metric="accuracy",
+        direction="maximize",
+        sampler=optuna.samplers.RandomSampler(seed=0),
+    )
+    stored = StoredStudy(spec, tmp_path / "home")
+    trials = [stored.trial() for _ in range(4)]
+    history = trials[0].user_attrs["split1_history"]  # as the worker stored it
+    assert set(history) == {"epoch", "loss", "accuracy", "val_loss", "val_accuracy"}
+    assert history["epoch"] == list(range(1, trials[0].user_attrs["split1_n_epochs"] + 1))
+
+    page, pngs = _write_with_pngs(stored.study, tmp_path)
+    assert _h2(page)[:3] == ["Optimisation history", "Fold scores of the top trials", "Learning curves"]
+    best_three = sorted(trials, key=lambda t: (-t.value, t.number))[:3]
+    for figure, name in (("learning-curves-1", "loss"), ("learning-curves-2", "accuracy")):
+        lines = _figure(page, figure)
+        expected = [
+            (t.number, h["epoch"], h[key])
+            for t in best_three
+            for h in (t.user_attrs[f"split{k}_history"] for k in range(2))
+            for key in (f"val_{name}", name)
+        ]
+        assert [(int(line["name"][1:]), line["x"], line["y"]) for line in lines] == expected
+        assert [line["line"]["dash"] for line in lines[:2]] == ["solid", "dot"]  # held-out rows, training rows
+    assert "solid on the rows early stopping holds out of them" in page
+    assert {"learning-curves-1", "learning-curves-2"} <= set(pngs)
+    _assert_valid_pngs(pngs)
 
 
 def test_a_parameter_with_one_value_in_every_trial_gets_no_slice_plot(tmp_path):

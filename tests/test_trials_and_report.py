@@ -143,14 +143,26 @@ def test_report_of_a_run_shows_failures_timeline_pruned_trials_hashes_and_metric
     path = home / "mixed.html"
     assert main(["report", "mixed", "--home", str(home), "-o", str(path)]) == 0
     page = path.read_text(encoding="utf-8")
-    attrs = study_attrs.read(study)
-    assert attrs[study_attrs.DATASET_HASH] in page and attrs[study_attrs.FOLD_PLAN] in page
+    hashes = study_attrs.read(study)
+    assert hashes[study_attrs.DATASET_HASH] in page and hashes[study_attrs.FOLD_PLAN] in page
     assert "balanced_accuracy (maximize)" in page
 
+    # The answer before any figure: the best trial, its params, its CV mean ± std over its folds, each fold's score.
+    answer = page[: page.index('class="plotly-graph-div"')]
+    best = min(
+        (t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: (-t.value, t.number)
+    )
+    attrs = best.user_attrs
+    assert f"Best trial #{best.number}" in answer
+    assert f"{attrs['mean_test_score']:.6g} ± {attrs['std_test_score']:.3g} over 3 folds" in answer
+    assert "".join(f"<td>{attrs[f'split{k}_test_score']:.6g}</td>" for k in range(3)) in answer
+    assert all(f"<dt>{name}</dt>" in answer for name in best.params)
+
     headings = re.findall(r"<h2>(.*?)</h2>", page)
-    assert headings[:4] == ["Failures", "Pruned trials", "Timeline", "Optimisation history"]
+    assert headings[0] == "Optimisation history" and headings[-2:] == ["Failures", "Pruned trials"]
+    assert page.rindex('class="plotly-graph-div"') < page.index('<section id="failures">')
     failed = [t.number for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
-    failures = page[page.index('<section id="failures">') : page.index('<section id="timeline">')]
+    failures = page[page.index('<section id="failures">') : page.index('<section id="pruned">')]
     assert f"<td>ValueError</td><td>{len(failed)}</td>" in failures
     assert ", ".join(f"#{n}" for n in failed) in failures and "is too small for this model" in failures
     assert page.count("Pruned (last reported value)") == 2  # history and per-fold values

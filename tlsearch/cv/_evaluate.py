@@ -5,7 +5,8 @@ like scikit-learn's cv_results_ (single objective):
     split{k}_test_score, mean_test_score, std_test_score, split{k}_train_score, mean_train_score,
     std_train_score (with return_train_score), split{k}_fit_time, mean_fit_time, std_fit_time,
     split{k}_score_time, mean_score_time, std_score_time, split{k}_n_epochs (Keras, custom loops),
-    split{k}_curve (custom loops), n_splits, n_folds_run, dataset_hash, fold_plan_hash, and on a pruned trial
+    split{k}_curve (custom loops), split{k}_history (Keras: what it logged each epoch, see KerasTrainer),
+    n_splits, n_folds_run, dataset_hash, fold_plan_hash, and on a pruned trial
     prune_reason (a dict: the fold, the gap, the tolerance, the reference trial; see tlsearch.cv._pruners); a trial
     whose folds ran as several tasks (tlsearch.execution._fold_tasks) adds fold_tasks and split{k}_worker.
 Multi-objective studies name scores by metric as scikit-learn's multi-metric cv_results_ does:
@@ -321,6 +322,8 @@ class _ResultRecorder:
             attrs[f"split{index}_n_epochs"] = result.n_epochs
         if result.curve is not None:
             attrs[f"split{index}_curve"] = result.curve
+        if result.history is not None:
+            attrs[f"split{index}_history"] = result.history
         self._pending.update(attrs)
         self._results.append(result)
 

@@ -86,6 +86,7 @@ class FoldResult:
     train_scores: list[float] | None = None
     n_epochs: int | None = None
     curve: list[list[float]] | None = None
+    history: dict[str, list] | None = None  # per-epoch values as Keras logs them, keyed by name, plus "epoch"
     predictions: np.ndarray | None = None  # on the validation rows, when the study keeps them
 
 

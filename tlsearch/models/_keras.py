@@ -32,6 +32,7 @@ from tlsearch.models._sklearn import resolve_scorer
 # its own (Keras calls batch-level callbacks once per call, so theirs would see fewer batches): a step of a
 # small model is mostly Python overhead, and this made a warm 3-epoch fit of the digits MLP 2.7x faster.
 STEPS_PER_EXECUTION = 32
+HISTORY_EPOCHS = 50  # at most this many epochs of a fold's Keras history are kept on the trial (evenly spaced)
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ class KerasTrainer:
         if self._gradients_before is None:
             self._gradients_before = custom_gradient_names(keras)
         started = time.perf_counter()
-        model, n_epochs = self._fit(
+        model, history = self._fit(
             keras,
             params,
             fold.x_train,
@@ -171,9 +172,24 @@ class KerasTrainer:
             fit_time=fit_time,
             score_time=score_time,
             train_scores=train_scores,
-            n_epochs=n_epochs,
+            n_epochs=len(history.epoch),
+            history=self._compact_history(history),
             predictions=predictions,
         )
+
+    def _compact_history(self, history: Any) -> dict[str, list]:
+        """What Keras logged each epoch, small enough to keep on the trial: "epoch" (1-based) and "loss", the
+        study's first metric when Keras logs it, and their "val_" twins (the early-stopping rows, never the fold's
+        validation rows); at most HISTORY_EPOCHS epochs, evenly spaced, the last included; 5 significant digits."""
+        first = self._metrics[0] if isinstance(self._metrics[0], str) else "loss"
+        names = [n for n in dict.fromkeys(["loss", first, "val_loss", f"val_{first}"]) if n in history.history]
+        n_epochs = len(history.epoch)
+        kept = np.unique(np.linspace(0, n_epochs - 1, min(n_epochs, HISTORY_EPOCHS)).round().astype(int))
+        compact: dict[str, list] = {"epoch": [int(i) + 1 for i in kept]}
+        for name in names:
+            values = [float(history.history[name][i]) for i in kept]
+            compact[name] = [float(f"{v:.5g}") if np.isfinite(v) else None for v in values]
+        return compact
 
     def close(self) -> None:
         """Free the trial's graphs and the models it built: a worker runs many trials and must not grow (it keeps
@@ -221,7 +237,8 @@ class KerasTrainer:
         seed: int,
         user_callbacks: list = (),
         reuse: bool = False,
-    ) -> tuple[Any, int]:
+    ) -> tuple[Any, Any]:
+        """The trained model and its keras.callbacks.History."""
         spec = self._model_spec
         set_random_seed(keras, seed)
         x, y = _as_inputs(x), self._target.encode(y)
@@ -254,7 +271,7 @@ class KerasTrainer:
             verbose=0,
             **spec.fit_kwargs,
         )
-        return model, len(history.epoch)
+        return model, history
 
     def _build(self, keras: Any, params: dict) -> Any:
         model = self._model_spec.build(params, self._input_shape, self._target.n_classes)

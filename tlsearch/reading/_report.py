@@ -1,11 +1,13 @@
 """The study report: one self-contained HTML page that opens offline, and optionally a PNG of each figure.
 
 `write_report(study, path)` reads the study's trials once, draws Optuna's standard figures (timeline included)
-plus what tlsearch adds (failures by error type, pruned trials marked, intermediate values by fold, fold-score
-spread of the top trials), and writes a page with plotly.js embedded once; every figure fits the page width.
+plus what tlsearch adds (fold-score spread of the top trials, Keras learning curves, pruned trials marked,
+intermediate values by fold, failures by error type), and writes a page with plotly.js embedded once; every
+figure fits the page width. The page answers first (the best trial, see `_report_page`), then draws, then lists:
+the figures come before the long tables, the failed and pruned trials last.
 PNGs (`png=True`) are drawn again with Matplotlib, the `png` extra (Agg: no browser, no display needed).
 Per-trial results are read from user attributes named like scikit-learn's `cv_results_`: `split{k}_test_score`,
-`mean_test_score`, `std_test_score`.
+`mean_test_score`, `std_test_score`; a Keras fold's learning curve from `split{k}_history`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["write_report"]
 
 _SPLIT_SCORE = re.compile(r"^split(\d+)_test_score$")
+_SPLIT_HISTORY = re.compile(r"^split(\d+)_history$")
 _MAX_LEGEND_ENTRIES = 10
 _MAX_TABLE_ROWS = 100  # the page's per-trial tables; `tlsearch trials` has every row
 # pyplot keeps global state (open figures, rcParams): two reports written at once in one process take turns.
@@ -85,24 +88,28 @@ def _sections(study: optuna.Study, trials: list[FrozenTrial], top_k: int) -> lis
     sample past it, saying so); the importances, the rankings and the tables read every trial."""
     view = plotted(study, trials, best=top_k)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    always = [_build(_failures_section, trials)] if any(t.state == TrialState.FAIL for t in trials) else []
-    always += [_build(_pruned_section, trials)] if any(t.state == TrialState.PRUNED for t in trials) else []
-    always += [_build(_timeline_section, view)] if trials else []
-    if not complete:
-        # Pruned or running trials may already have per-fold intermediate values worth seeing.
-        has_values = _has_intermediate_values(trials)
-        return always + ([_build(_intermediate_values_section, view)] if has_values else [])
-    top = _top_trials(study, complete, top_k)
-    builders: list[tuple[Callable[..., Section], tuple[Any, ...]]] = [
-        (_pareto_section, (view,)) if is_multi_objective(study) else (_history_section, (view, complete)),
-        (_importances_section, (TrialsView(study, trials, len(trials)), complete)),
-        (_parallel_coordinates_section, (view,)),
-        (_slice_section, (view,)),
-        (_intermediate_values_section, (view,)),
-        (_fold_spread_section, (study, top)),
-        (_top_trials_section, (study, top)),
-    ]
-    return always + [_build(builder, *args) for builder, args in builders]
+    builders: list[tuple[Callable[..., Section], tuple[Any, ...]]] = []
+    if complete:
+        top = _top_trials(study, complete, top_k)
+        builders += [
+            (_pareto_section, (view,)) if is_multi_objective(study) else (_history_section, (view, complete)),
+            (_fold_spread_section, (study, top)),
+        ]
+        builders += [(_learning_curves_section, (study, top))] if any(_histories(t) for t in top) else []
+        builders += [
+            (_importances_section, (TrialsView(study, trials, len(trials)), complete)),
+            (_parallel_coordinates_section, (view,)),
+            (_slice_section, (view,)),
+            (_intermediate_values_section, (view,)),
+        ]
+    elif _has_intermediate_values(trials):  # pruned or running trials may have per-fold values worth seeing
+        builders.append((_intermediate_values_section, (view,)))
+    builders += [(_timeline_section, (view,))] if trials else []
+    builders += [(_top_trials_section, (study, top))] if complete else []
+    # The long tables last: a study's first screen is its answer and its figures, not 100 pruned trials.
+    builders += [(_failures_section, (trials,))] if any(t.state == TrialState.FAIL for t in trials) else []
+    builders += [(_pruned_section, (trials,))] if any(t.state == TrialState.PRUNED for t in trials) else []
+    return [_build(builder, *args) for builder, args in builders]
 
 
 def _build(builder: Callable[..., Section], *args: Any) -> Section:
@@ -279,7 +286,9 @@ def _parallel_coordinates_section(view: TrialsView) -> Section:
     if not any(t.params for t in view.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
         return Section(slug, title, note="The complete trials have no parameters.")
     figures = [
-        optuna.visualization.plot_parallel_coordinate(view, target=target, target_name=name)
+        _full_axis_names(
+            optuna.visualization.plot_parallel_coordinate(view, target=target, target_name=name), view, name
+        )
         for target, name in _targets(view)
     ]
     drawings = [
@@ -287,6 +296,33 @@ def _parallel_coordinates_section(view: TrialsView) -> Section:
         for target, name in _targets(view)
     ]
     return Section(slug, title, figures=figures, drawings=drawings, note=view.sample_note())
+
+
+_AXIS_NAME_CHARS = 40
+
+
+def _full_axis_names(figure: go.Figure, view: TrialsView, target_name: str) -> go.Figure:
+    """Give each axis of Optuna's parallel-coordinate figure its full name back, and room to show it.
+
+    Optuna cuts names to 17 characters ("optimizer.learnin..."), which can make two axes read the same; past
+    _AXIS_NAME_CHARS a name keeps its start and its end. The names are tilted when they would overlap at the
+    width of an 800 px page (the left margin then grows to hold the first one)."""
+    labels = list(figure.layout.xaxis.ticktext or ())
+    params = sorted({p for t in view.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) for p in t.params})
+    names = [target_name, *params]  # Optuna's axes: the objective, then the parameters by name
+    if len(labels) != len(names) or any(
+        label != name and not (label.endswith("...") and name.startswith(label[:-3]))
+        for label, name in zip(labels, names)
+    ):
+        return figure  # not the axes expected: leave Optuna's
+    half = _AXIS_NAME_CHARS // 2
+    names = [name if len(name) <= _AXIS_NAME_CHARS else f"{name[: half - 1]}…{name[-half:]}" for name in names]
+    tilted = max(map(len, names)) * 7 > 650 / max(len(names) - 0.6, 1)  # ~7 px a character, ~650 px of plot
+    figure.update_xaxes(ticktext=names, automargin=True)
+    if tilted:  # else Plotly's own "auto" angle, which tilts them only if they collide at the width drawn
+        figure.update_xaxes(tickangle=-30)
+        figure.update_layout(margin={"l": max(80, 6 * len(names[0]))})
+    return figure
 
 
 def _slice_section(view: TrialsView) -> Section:
@@ -357,6 +393,101 @@ def _draw_intermediate_values(study: optuna.Study) -> Any:
         shades = colormaps["Blues"]
         for i, line in enumerate(lines):
             line.set_color(shades(0.3 + 0.7 * i / (len(lines) - 1)))
+    return ax
+
+
+_CURVE_TRIALS = 3
+
+
+def _histories(trial: FrozenTrial) -> dict[int, dict[str, list]]:
+    """The trial's per-fold Keras histories (`split{k}_history`) by fold index: "epoch" and each series of as
+    many values, the others dropped."""
+    histories = {}
+    for key, value in trial.user_attrs.items():
+        if (m := _SPLIT_HISTORY.match(key)) and isinstance(value, dict) and isinstance(value.get("epoch"), list):
+            epochs = value["epoch"]
+            series = {n: v for n, v in value.items() if n != "epoch" and isinstance(v, list) and len(v) == len(epochs)}
+            if epochs and series:
+                histories[int(m.group(1))] = {"epoch": epochs, **series}
+    return dict(sorted(histories.items()))
+
+
+def _learning_curves_section(study: optuna.Study, top: list[FrozenTrial]) -> Section:
+    """The best few trials' Keras histories, one line per fold: loss, and the study's first metric when Keras
+    logged it; solid on the rows early stopping holds out of the training rows, dotted on the training rows."""
+    slug, title = _SECTION_TITLES[_learning_curves_section]
+    drawn = [(t, h) for t in top if (h := _histories(t))][:_CURVE_TRIALS]
+    metric = objective_names(study)[0]
+    logged = {name for _, folds in drawn for history in folds.values() for name in history}
+    names = ["loss"] + ([metric] if metric != "loss" and (metric in logged or f"val_{metric}" in logged) else [])
+    held_out = any(f"val_{name}" in logged for name in names)
+    rows = (
+        ", solid on the rows early stopping holds out of them" if held_out else " (no early stopping: no rows held out)"
+    )
+    note = (
+        f"{' and '.join(names).capitalize()} as Keras logged them each epoch, for the {len(drawn)} best trial(s), one "
+        f"line per fold: dotted on the fold's training rows{rows}. The fold's validation rows are scored once, after "
+        "training: Fold scores above."
+    )
+    return Section(
+        slug,
+        title,
+        figures=[_curve_figure(drawn, name) for name in names],
+        drawings=[lambda name=name: _draw_learning_curves(drawn, name) for name in names],
+        grid=len(names) > 1,
+        note=note,
+    )
+
+
+def _curve_lines(drawn: list[tuple[FrozenTrial, dict[int, dict[str, list]]]], name: str):
+    """(trial index, trial, fold, epochs, values, held out?) for each line of `name`'s learning-curve figure."""
+    for i, (trial, folds) in enumerate(drawn):
+        for fold, history in folds.items():
+            for key, held_out in ((f"val_{name}", True), (name, False)):
+                if key in history:
+                    yield i, trial, fold, history["epoch"], history[key], held_out
+
+
+def _curve_figure(drawn: list[tuple[FrozenTrial, dict[int, dict[str, list]]]], name: str) -> go.Figure:
+    import plotly.colors
+    import plotly.graph_objects as go
+
+    colors = plotly.colors.qualitative.Plotly
+    figure = go.Figure()
+    in_legend = set()
+    for i, trial, fold, epochs, values, held_out in _curve_lines(drawn, name):
+        rows = "held-out rows" if held_out else "training rows"
+        figure.add_trace(
+            go.Scatter(
+                x=epochs,
+                y=values,
+                mode="lines",
+                line={"color": colors[i % len(colors)], "dash": "solid" if held_out else "dot"},
+                name=f"#{trial.number}",
+                legendgroup=f"#{trial.number}",
+                showlegend=trial.number not in in_legend,
+                hovertemplate=f"trial {trial.number}, fold {fold}, {rows}, epoch %{{x}}: %{{y}}<extra></extra>",
+            )
+        )
+        in_legend.add(trial.number)
+    figure.update_layout(title=f"{name} per epoch", xaxis_title="Epoch", yaxis_title=name, height=420)
+    return figure
+
+
+def _draw_learning_curves(drawn: list[tuple[FrozenTrial, dict[int, dict[str, list]]]], name: str) -> Any:
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots()
+    in_legend = set()
+    for i, trial, _fold, epochs, values, held_out in _curve_lines(drawn, name):
+        label = None if trial.number in in_legend else f"#{trial.number}"
+        values = [float("nan") if v is None else v for v in values]
+        ax.plot(epochs, values, color=f"C{i % 10}", linestyle="-" if held_out else ":", label=label)
+        in_legend.add(trial.number)
+    ax.set_title(f"{name} per epoch")
+    ax.set_xlabel("Epoch")
+    ax.set_ylabel(name)
+    ax.legend()
     return ax
 
 
@@ -440,18 +571,19 @@ def _top_trials_section(study: optuna.Study, top: list[FrozenTrial]) -> Section:
     return Section(slug, title, note=f"{_ranking(study)} Showing {len(top)}.", body_html=table)
 
 
-_SECTION_TITLES: dict[Callable[..., Section], tuple[str, str]] = {
-    _failures_section: ("failures", "Failures"),
-    _pruned_section: ("pruned", "Pruned trials"),
-    _timeline_section: ("timeline", "Timeline"),
+_SECTION_TITLES: dict[Callable[..., Section], tuple[str, str]] = {  # in the page's order
     _history_section: ("history", "Optimisation history"),
     _pareto_section: ("pareto-front", "Pareto front"),
+    _fold_spread_section: ("fold-spread", "Fold scores of the top trials"),
+    _learning_curves_section: ("learning-curves", "Learning curves"),
     _importances_section: ("importances", "Parameter importances"),
     _parallel_coordinates_section: ("parallel-coordinates", "Parallel coordinates"),
     _slice_section: ("slices", "Slice plots"),
     _intermediate_values_section: ("intermediate-values", "Intermediate values per fold"),
-    _fold_spread_section: ("fold-spread", "Fold scores of the top trials"),
+    _timeline_section: ("timeline", "Timeline"),
     _top_trials_section: ("top-trials", "Top trials"),
+    _failures_section: ("failures", "Failures"),
+    _pruned_section: ("pruned", "Pruned trials"),
 }
 
 

@@ -1,7 +1,8 @@
 """The report's page: its sections, rendered into one self-contained HTML page (plotly.js embedded once).
 
 `report.py` decides what each section shows; this module knows how a section looks and what the page's header
-says about the study.
+says about the study: first the answer (the best trial, its parameters, its CV mean ± std and fold scores; the
+Pareto front for several objectives), then the study's facts.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.reading._trials_table import fold_scores, number_attr
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -58,6 +60,7 @@ def render_page(study: optuna.Study, trials: list[FrozenTrial], sections: list[S
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>Study {name} — tlsearch report</title><style>{_CSS}</style></head><body>",
         f"<h1>Study {name}</h1>",
+        _render_answer(study, trials),
         _render_header(study, trials),
     ]
     if not trials:
@@ -106,21 +109,95 @@ def _render_header(study: optuna.Study, trials: list[FrozenTrial]) -> str:
     directions = ", ".join(f"{n} ({d.name.lower()})" for n, d in zip(names, study.directions))
     counts = Counter(t.state for t in trials)
     states = ", ".join(f"{counts[s]} {word}" for s, word in _STATE_WORDS.items() if counts[s]) or "none"
-    rows = [("Directions", directions), ("Trials", f"{len(trials)} ({states})"), ("Best", _best_summary(study, trials))]
+    rows = [("Directions", directions), ("Trials", f"{len(trials)} ({states})")]
     for label, key in (("Dataset hash", study_attrs.DATASET_HASH), ("Fold plan hash", study_attrs.FOLD_PLAN)):
         value = _study_attr(study, key)
         rows.append((label, "—" if value is None else str(value)))
+    return _facts_table(rows)
+
+
+_PARETO_LISTED = 5
+
+
+def _render_answer(study: optuna.Study, trials: list[FrozenTrial]) -> str:
+    """What the study found, before any figure: the best trial (ties: the lowest-numbered, as `tlsearch best`
+    shows), its CV mean ± std, its score on each fold and its parameters, and the runner-up; for several
+    objectives, the Pareto front's size and its first trials by the first objective. Empty without a complete
+    trial."""
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    if not complete:
+        return ""
+    if is_multi_objective(study):
+        return _render_pareto_answer(study)
+    sign = 1 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1
+    ranked = sorted(complete, key=lambda t: (sign * t.value, t.number))
+    best = ranked[0]
+    name = objective_names(study)[0]
+    ties = sum(t.value == best.value for t in ranked)
+    facts = [(name, f"{fmt(best.value)} ({study.direction.name.lower()})")]
+    if number_attr(best, "mean_test_score") is not None:
+        facts.append(("CV mean ± std", _mean_std(best, "score")))
+    runner_up = next((t for t in ranked if t.value != best.value), None)
+    if runner_up is not None:
+        facts.append(("Runner-up", f"trial #{runner_up.number}: {_mean_std(runner_up, 'score', runner_up.value)}"))
+    if ties > 1:
+        facts.append(("Ties", f"{ties} trials share the best value; this is the lowest-numbered"))
+    scores = fold_scores(best)
+    folds = html_table([f"fold {k}" for k in scores], [[fmt(v) for v in scores.values()]], "folds")
+    return (
+        f'<div class="answer"><h2 class="best">Best trial #{best.number}</h2>'
+        f'<div class="facts">{_facts_table(facts)}{f"<div class=wide>{folds}</div>" if scores else ""}</div>'
+        f"{_params_list(best)}</div>"
+    )
+
+
+def _render_pareto_answer(study: optuna.Study) -> str:
+    names = objective_names(study)
+    sign = 1 if study.directions[0] == optuna.study.StudyDirection.MINIMIZE else -1
+    front = sorted(study.best_trials, key=lambda t: (sign * t.values[0], t.number))
+    rows = [
+        [f"#{t.number}", *(_mean_std(t, n, v) for n, v in zip(names, t.values)), _params_text(t)]
+        for t in front[:_PARETO_LISTED]
+    ]
+    more = (
+        f" The first {len(rows)} by {names[0]} are listed; Top trials below has more." if len(front) > len(rows) else ""
+    )
+    table = html_table(["Trial", *names, "Params"], rows, "pareto")
+    return (
+        f'<div class="answer"><h2 class="best">Pareto front: {len(front)} trial(s)</h2>'
+        f'<p class="note">No other trial does better on one objective without doing worse on another.{html.escape(more)}</p>'
+        f'<div class="wide">{table}</div></div>'
+    )
+
+
+def _mean_std(trial: FrozenTrial, suffix: str, value: float | None = None) -> str:
+    """`mean_test_{suffix} ± std_test_{suffix}` over the folds, as the driver stores them (the std to 3 digits, as
+    `tlsearch best` shows it); else `value`."""
+    mean, std = number_attr(trial, f"mean_test_{suffix}"), number_attr(trial, f"std_test_{suffix}")
+    if mean is None:
+        return fmt(value)
+    n_folds = number_attr(trial, "n_folds_run", count=True)
+    spread = "" if std is None else f" ± {std:.3g}"
+    return fmt(mean) + spread + ("" if n_folds is None else f" over {n_folds} folds")
+
+
+def _params_text(trial: FrozenTrial) -> str:
+    return ", ".join(f"{k} = {fmt(v)}" for k, v in trial.params.items()) or "—"
+
+
+def _params_list(trial: FrozenTrial) -> str:
+    """The parameters as name-value pairs in as many columns as the page width holds."""
+    if not trial.params:
+        return '<p class="note">No parameters.</p>'
+    pairs = "".join(
+        f"<div><dt>{html.escape(str(k))}</dt><dd>{html.escape(fmt(v))}</dd></div>" for k, v in trial.params.items()
+    )
+    return f'<dl class="params">{pairs}</dl>'
+
+
+def _facts_table(rows: list[tuple[str, str]]) -> str:
     cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
     return f'<table class="header">{cells}</table>'
-
-
-def _best_summary(study: optuna.Study, trials: list[FrozenTrial]) -> str:
-    if not any(t.state == TrialState.COMPLETE for t in trials):
-        return "—"
-    if is_multi_objective(study):
-        return f"{len(study.best_trials)} Pareto-optimal trials"
-    best = study.best_trial
-    return f"{fmt(best.value)} (trial #{best.number})"
 
 
 def fmt(value: Any) -> str:
@@ -180,6 +257,15 @@ table.trials { font-size: .9em; } table.trials th { background: #f3f3f3; }
 table.trials td, table.trials th { border: 1px solid #ddd; } table.trials td { font-variant-numeric: tabular-nums; }
 div.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 0 1em; }
 table.failures td:last-child { font-family: ui-monospace, monospace; font-size: .9em; word-break: break-word; }
+div.answer { margin: 1em 0; padding: 0 1.2em 1em; background: #f6f8fb; border: 1px solid #dde3ec; border-radius: 6px; }
+div.answer h2.best { border: none; margin: .6em 0 .2em; }
+div.facts { display: flex; flex-wrap: wrap; gap: .4em 3em; align-items: flex-start; }
+div.answer table.header td { font-family: inherit; font-variant-numeric: tabular-nums; }
+div.answer table.trials { margin-top: .3em; background: #fff; } div.wide { overflow-x: auto; max-width: 100%; }
+dl.params { display: grid; grid-template-columns: repeat(auto-fill, minmax(15em, 1fr)); gap: 0 2em; margin: .8em 0 0; }
+dl.params div { display: flex; gap: .6em; padding: .25em 0; border-bottom: 1px solid #e3e8ef; }
+dl.params dt { font-family: ui-monospace, monospace; color: #555; } dl.params dd { margin: 0; font-weight: 600; }
+dl.params dt, dl.params dd, table.pareto td:last-child { word-break: break-word; }
 nav ul { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: .4em 1.2em; }
 p.empty { font-size: 1.2em; } p.note, p.png, footer { color: #666; } footer { margin-top: 3em; font-size: .8em; }
 """
