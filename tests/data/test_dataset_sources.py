@@ -36,6 +36,7 @@ def test_csv_and_parquet_choose_feature_label_and_group_columns(store, frame, tm
             label="churned",
             groups="customer",
             sample_weight="weight",
+            allow_missing=True,
         )
         for kind in ("csv", "parquet")
     ]
@@ -44,6 +45,7 @@ def test_csv_and_parquet_choose_feature_label_and_group_columns(store, frame, tm
     assert info.metadata["feature_names"] == ["age", "income", "member"]
     assert info.metadata["class_names"] == ["no", "yes"] and info.metadata["source"] == "file:churn.csv"
     assert info.arrays["X"] == {"dtype": "<f8", "shape": [4, 3]}
+    assert info.metadata["allow_missing"] is True and info.metadata["task"] == "classification"
     arrays, _ = read_source(
         tmp_path / "churn.csv", features="age,income,member", label="churned", groups="customer", sample_weight="weight"
     )
@@ -130,3 +132,47 @@ def test_ensure_dataset_pushes_once_then_transfers_nothing(store, tmp_path):
         ensure_dataset(store, str(tmp_path / "missing.csv"))
     with pytest.raises(DatasetValidationError, match="sklearn:digits"):
         ensure_dataset(store, "sklearn:mnist")
+
+
+def test_missing_feature_values_are_refused_at_push_naming_the_columns_and_counts(store, tmp_path):
+    frame = pd.DataFrame({"a": [1.0, np.nan, np.nan, 4.0], "b": [np.nan, 1.0, 2.0, 3.0], "c": [1, 2, 3, 4]})
+    frame["y"] = [0, 1, 0, 1]
+    frame.to_csv(tmp_path / "gaps.csv", index=False)
+    says = r"^missing feature values \(NaN\): 'a' in 2 rows, 'b' in 1 row; impute them, or push with --allow-missing"
+    with pytest.raises(DatasetValidationError, match=says):
+        push_source(store, "gaps", tmp_path / "gaps.csv")
+    with pytest.raises(DatasetValidationError, match=says):  # a study naming the file is refused alike
+        ensure_dataset(store, str(tmp_path / "gaps.csv"))
+    assert store.list() == []
+    info = push_source(store, "gaps", tmp_path / "gaps.csv", allow_missing=True)
+    assert info.metadata["allow_missing"] is True
+    arrays = {"X": np.array([[1.0, np.inf], [2.0, 3.0]]), "y": np.array([0, 1])}
+    with pytest.raises(DatasetValidationError, match=r"^infinite feature values: column 1 in 1 row; replace them"):
+        store.push("inf", arrays, allow_missing=True)  # infinite is never "missing"
+
+
+def test_a_float_label_of_whole_numbers_says_it_is_taken_for_regression_and_how_to_change_it(store, tmp_path, caplog):
+    frame = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "churned": [0.0, 1.0, 0.0, 1.0]})
+    frame.to_csv(tmp_path / "float.csv", index=False)
+    with caplog.at_level("WARNING", logger="tlsearch"):
+        info = push_source(store, "float", tmp_path / "float.csv")
+    assert info.metadata["task"] == "regression" and info.arrays["y"]["dtype"] == "<f8"
+    assert caplog.messages == [
+        "label 'churned' is float and holds only the whole numbers 0.0, 1.0: it is treated as regression (KFold, a "
+        "regression loss); to treat it as class labels, push it with --task classification (Python: "
+        "task='classification')"
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="tlsearch"):
+        info = push_source(store, "classes", tmp_path / "float.csv", task="classification")
+    assert info.metadata["task"] == "classification" and info.arrays["y"]["dtype"] == "<i8" and not caplog.messages
+    assert push_source(store, "back", tmp_path / "float.csv", task="regression").metadata["task"] == "regression"
+
+    pd.DataFrame({"a": [1.0, 2.0], "y": [0.5, 1.0]}).to_csv(tmp_path / "fractions.csv", index=False)
+    with pytest.raises(DatasetValidationError, match="needs whole-number labels"):
+        push_source(store, "fractions", tmp_path / "fractions.csv", task="classification")
+    pd.DataFrame({"a": [1.0, 2.0], "y": ["no", "yes"]}).to_csv(tmp_path / "text.csv", index=False)
+    with pytest.raises(DatasetValidationError, match="the labels are text: they cannot be a regression target"):
+        push_source(store, "text", tmp_path / "text.csv", task="regression")
+    with pytest.raises(DatasetValidationError, match="task must be 'classification' or 'regression'"):
+        push_source(store, "text", tmp_path / "text.csv", task="ranking")

@@ -14,7 +14,16 @@ from tlsearch.data._folds import FoldPlan, describe_splitter
 from tlsearch.data._hashing import hash_arrays
 from tlsearch.data._info import ARRAY_NAMES, DatasetInfo, parse_ref
 from tlsearch.data._open import open_dataset_store
-from tlsearch.data._sources import BUILTINS, arrays_from_frame, ensure_dataset, load_builtin, push_source, read_source
+from tlsearch.data._sources import (
+    BUILTINS,
+    arrays_from_data,
+    arrays_from_frame,
+    ensure_dataset,
+    load_builtin,
+    push_arrays,
+    push_source,
+    read_source,
+)
 from tlsearch.data._splitting import compute_fold_plan, fold_plan_for
 from tlsearch.data._store import DatasetStore, TransferStats
 from tlsearch.errors import (
@@ -48,6 +57,7 @@ __all__ = [
     "FoldPlanNotFoundError",
     "HostCache",
     "TransferStats",
+    "arrays_from_data",
     "arrays_from_frame",
     "compute_fold_plan",
     "describe_splitter",
@@ -57,6 +67,7 @@ __all__ = [
     "load_builtin",
     "open_dataset_store",
     "parse_ref",
+    "push_arrays",
     "push_source",
     "read_source",
 ]
