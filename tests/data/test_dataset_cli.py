@@ -158,7 +158,7 @@ def test_push_refuses_missing_features_and_says_the_task_it_inferred(where, caps
     assert err == (
         "tlsearch: label 'failed' is float and holds only the whole numbers 0.0, 1.0: it is treated as regression "
         "(KFold, a regression loss); to treat it as class labels, push it with --task classification (Python: "
-        "task='classification')\n"
+        "push_dataset(..., task='classification'))\n"
     )
     code, out, err = run(
         capsys,

@@ -220,7 +220,7 @@ def arrays_from_data(
     pandas = sys.modules.get("pandas")
     if pandas is not None and isinstance(y, pandas.Series) and y.name is not None:
         metadata["label"] = str(y.name)
-    y, class_names = _labels(y, "the labels y")
+    y, class_names = _labels(y, "label array 'y'")
     if class_names is not None:
         metadata["class_names"] = class_names
     return _with_row_arrays({FEATURES: X, LABELS: y}, {GROUPS: groups, SAMPLE_WEIGHT: sample_weight}), metadata
@@ -230,7 +230,7 @@ def _with_row_arrays(arrays: dict, given: dict) -> dict:
     """`arrays` with the groups and sample weights given as one value per row (groups text encoded)."""
     for role, values in given.items():
         if values is not None:
-            arrays[role] = _labels(values, f"the {role}")[0] if role == GROUPS else np.asarray(values)
+            arrays[role] = _labels(values, "group array 'groups'")[0] if role == GROUPS else np.asarray(values)
     return arrays
 
 

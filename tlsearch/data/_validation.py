@@ -137,12 +137,13 @@ def task_note(y: np.ndarray, label: str = "y") -> str | None:
         return (
             f"label {label!r} is float and holds only the whole numbers {shown}: it is treated as regression "
             "(KFold, a regression loss); to treat it as class labels, push it with --task classification "
-            "(Python: task='classification')"
+            "(Python: push_dataset(..., task='classification'))"
         )
     if y.dtype.kind in "iu" and len(values) > _MANY_CLASSES:
         return (
             f"label {label!r} holds {len(values)} distinct integers: it is treated as classification "
-            f"({len(values)} classes); if it is a quantity, push it with --task regression (Python: task='regression')"
+            f"({len(values)} classes); if it is a quantity, push it with --task regression "
+            "(Python: push_dataset(..., task='regression'))"
         )
     return None
 
