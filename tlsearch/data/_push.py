@@ -4,6 +4,7 @@ driver calls for a StudySpec whose dataset is such data."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from tlsearch.config import Settings
 from tlsearch.data._info import DatasetInfo
@@ -16,7 +17,7 @@ def push_dataset(
     data,
     *,
     name: str | None = None,
-    features: Columns = None,
+    features: str | Sequence[str] | None = None,
     label: str | None = None,
     groups=None,
     sample_weight=None,
