@@ -297,6 +297,61 @@ def test_ctrl_c_finishes_running_trials_and_the_study_resumes(tmp_path):
     assert count(study, TrialState.COMPLETE) == 10
 
 
+IN_MEMORY_STUDY = """
+import numpy as np
+import pandas as pd
+import tlsearch
+from sklearn.datasets import load_iris
+from sklearn.linear_model import LogisticRegression
+
+X, y = load_iris(return_X_y=True)
+frame = pd.DataFrame(X, columns=["sepal_l", "sepal_w", "petal_l", "petal_w"])
+frame["species"] = np.array(["setosa", "versicolor", "virginica"])[y]
+
+spec = tlsearch.StudySpec(
+    name="in-memory", dataset=(frame, "species"), space=lambda t: {"C": t.suggest_float("C", 0.1, 10, log=True)},
+    model=tlsearch.SklearnModel(lambda p: LogisticRegression(C=p["C"], max_iter=500)), cv=3, metric="accuracy",
+    n_trials=2)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["local", "mongo"])
+def test_a_study_on_a_data_frame_pushes_it_once_and_its_workers_get_only_its_name(
+    tmp_path, backend, request, monkeypatch
+):
+    import tlsearch
+    from tlsearch.execution import _dispatcher
+    from tlsearch.reading._refit import load_model, refit
+
+    path = tmp_path / "study.py"
+    path.write_text(IN_MEMORY_STUDY)
+    stores = (
+        Stores(home=tmp_path / "home")
+        if backend == "local"
+        else Stores(request.getfixturevalue("mongo_uri"), request.getfixturevalue("mongo_db_name"), tmp_path / "home")
+    )
+    sent = []
+    pack_spec = _dispatcher.pack_spec
+    monkeypatch.setattr(_dispatcher, "pack_spec", lambda spec: sent.append(spec.dataset) or pack_spec(spec))
+    spec = load_study_file(path)
+    study = tlsearch.run(spec, stores=stores, n_workers=1, progress="off")
+    ref = study_attrs.read(study)[study_attrs.DATASET_REF]
+    assert ref.startswith("data-") and sent == [ref], "workers get the dataset's name, never the data"
+    assert count(study, TrialState.COMPLETE) == 2 and isinstance(spec.dataset, tuple)  # the caller's spec as given
+
+    again = load_study_file(path)  # the file run again: equal data in new objects
+    study = tlsearch.run(again, stores=stores, n_workers=1, n_trials=3, resume=True, progress="off")
+    assert study_attrs.read(study)[study_attrs.DATASET_REF] == ref and count(study, TrialState.COMPLETE) == 3
+    assert [info.ref for info in stores.dataset_store().list()] == [ref]
+    info = stores.dataset_store().info(ref)
+    assert info.metadata["class_names"] == ["setosa", "versicolor", "virginica"] and info.metadata["label"] == "species"
+
+    refit("in-memory", stores=stores, spec=again)
+    predicted = tlsearch.predict(load_model("in-memory", stores=stores), again.dataset[0].iloc[:, :4].to_numpy())
+    assert set(predicted) <= {"setosa", "versicolor", "virginica"}
+
+
 def test_local_store_with_remote_cluster_is_refused():
     with pytest.raises(TLSearchError, match="MongoDB"):
         require_shared(Stores(), remote_cluster=True)

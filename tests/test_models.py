@@ -21,6 +21,7 @@ from tlsearch.cv._evaluate import describe_failure
 from tlsearch.errors import NonFiniteLossError
 from tlsearch.models import _fold_random, _keras, _keras_reuse
 from tlsearch.spec._spec import CustomLoop, KerasModel, SklearnModel, StudySpec
+from tlsearch.stores._stores import Stores
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -150,10 +151,45 @@ def test_non_finite_loss_fails_the_trial(tmp_path):
         return model
 
     spec = StudySpec(name="nan", dataset="sklearn:digits", space={}, model=KerasModel(exploding, epochs=3), cv=2)
-    with pytest.raises(NonFiniteLossError, match="epoch 1") as raised:
+    with pytest.raises(
+        NonFiniteLossError, match="epoch 1: the training data is finite, so training diverged"
+    ) as raised:
         stored(spec, tmp_path).evaluate()
     assert describe_failure(raised.value)["error_type"] == "tlsearch.errors.NonFiniteLossError"
     assert describe_failure(raised.value)["error_retryable"] is False
+
+
+@pytest.mark.slow
+def test_a_nan_loss_from_missing_feature_values_names_them(tmp_path):
+    import keras
+
+    home = tmp_path / "home"
+    X, y = load_diabetes(return_X_y=True)
+    X[::10, 2] = np.nan  # pushed with allow_missing, for models that accept NaN; Keras does not
+    Stores(home=home).dataset_store().push("gappy", {"X": X, "y": y}, allow_missing=True)
+
+    def linear(params, input_shape, n_classes):  # a ReLU would turn NaN into 0 and train on, quietly wrong
+        model = keras.Sequential([keras.Input(input_shape), keras.layers.Dense(1)])
+        model.compile("adam", "mse")
+        return model
+
+    spec = StudySpec(name="gaps", dataset="gappy", space={}, model=KerasModel(linear, epochs=1), cv=2)
+    with pytest.raises(NonFiniteLossError, match=r"the training features hold 22 NaN or infinite values \(a dataset"):
+        StoredStudy(spec, home).evaluate()
+
+
+def test_a_non_finite_loss_says_its_likely_cause():
+    finite = np.ones((4, 2), np.float32)
+    gappy = finite.copy()
+    gappy[1, 1] = np.nan
+    assert _keras.non_finite_loss_message(float("nan"), 2, finite, np.zeros(4)) == (
+        "training loss is nan at epoch 2: the training data is finite, so training diverged: lower the learning "
+        "rate, scale the features or labels, or check that the loss suits the labels"
+    )
+    assert _keras.non_finite_loss_message(float("inf"), 1, gappy, np.zeros(4)).startswith(
+        "training loss is inf at epoch 1: the training features hold 1 NaN or infinite values"
+    )
+    assert "training labels hold 1" in _keras.non_finite_loss_message(float("nan"), 1, finite, [0.0, np.nan, 1, 2])
 
 
 @pytest.mark.slow

@@ -38,6 +38,7 @@ DOCUMENTED = [
     "Settings",
     "Stores",
     "MongoStorage",
+    "push_dataset",
 ]
 
 

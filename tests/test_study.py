@@ -87,6 +87,7 @@ def test_a_spec_is_plain_data_that_dataclasses_replace_copies_with_new_values():
     [
         ({"name": ""}, "StudySpec.name"),
         ({"dataset": None}, "StudySpec.dataset"),
+        ({"dataset": 3}, r"StudySpec.dataset must be .* or data held in Python: \(X, y\) arrays.*; got int"),
         ({"space": 3}, "StudySpec.space"),
         ({"model": LogisticRegression()}, "StudySpec.model"),
         ({"metric": "acuracy"}, "did you mean accuracy"),

@@ -23,6 +23,7 @@ _EXPORTS = {
     # where data lives
     "open_dataset_store": "tlsearch.data",
     "ensure_dataset": "tlsearch.data",
+    "push_dataset": "tlsearch.data",
     "HostCache": "tlsearch.data",
     "FoldPlan": "tlsearch.data",
     "fold_plan_for": "tlsearch.data",
@@ -59,7 +60,7 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from tlsearch.config import Settings
     from tlsearch.cv import AutoKFold, EpochPruning, Holdout, KFoldPruner
-    from tlsearch.data import FoldPlan, HostCache, ensure_dataset, fold_plan_for, open_dataset_store
+    from tlsearch.data import FoldPlan, HostCache, ensure_dataset, fold_plan_for, open_dataset_store, push_dataset
     from tlsearch.errors import FatalTrialError, RetryableTrialError, TLSearchError
     from tlsearch.execution import Budget, ClusterOptions, RunResult, drive, run, tls_security
     from tlsearch.reading import load_model, predict, results, write_report
@@ -75,6 +76,7 @@ __all__ = [
     "MongoStorage",
     "open_dataset_store",
     "ensure_dataset",
+    "push_dataset",
     "HostCache",
     "FoldPlan",
     "fold_plan_for",

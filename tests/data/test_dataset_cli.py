@@ -143,3 +143,33 @@ def test_unreachable_mongodb_is_reported_within_seconds(capsys, monkeypatch):
     code, _, err = run(capsys, "dataset", "ls", "--mongo", f"mongodb://127.0.0.1:{port}/")
     assert code == 1 and err.count("\n") == 1 and "cannot reach MongoDB" in err
     assert time.monotonic() - started < 20  # not pymongo's 30 s server selection
+
+
+def test_push_refuses_missing_features_and_says_the_task_it_inferred(where, capsys, tmp_path):
+    path = tmp_path / "sensors.csv"
+    path.write_text("a,b,failed\n1.0,,0.0\n2.0,1.0,1.0\n,2.0,0.0\n4.0,3.0,1.0\n")
+    code, out, err = run(capsys, "dataset", "push", "sensors", str(path), *where)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert err.startswith("tlsearch: error: missing feature values (NaN): 'a' in 1 row, 'b' in 1 row; impute them")
+    assert "--allow-missing" in err
+
+    code, out, err = run(capsys, "dataset", "push", "sensors", str(path), "--allow-missing", *where)
+    assert code == 0 and out.startswith("pushed sensors@1: 4 rows × 2 features, regression, sha256")
+    assert err == (
+        "tlsearch: label 'failed' is float and holds only the whole numbers 0.0, 1.0: it is treated as regression "
+        "(KFold, a regression loss); to treat it as class labels, push it with --task classification (Python: "
+        "push_dataset(..., task='classification'))\n"
+    )
+    code, out, err = run(
+        capsys,
+        "dataset",
+        "push",
+        "sensors",
+        str(path),
+        "--allow-missing",
+        "--task",
+        "classification",
+        "--new-version",
+        *where,
+    )
+    assert code == 0 and out.startswith("pushed sensors@2: 4 rows × 2 features, classification, sha256") and err == ""

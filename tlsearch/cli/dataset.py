@@ -13,7 +13,8 @@ _EXAMPLES = {
     "push": (
         "tlsearch dataset push digits sklearn:digits\n"
         "  tlsearch dataset push churn data/churn.csv --label churned --groups customer_id\n"
-        "  tlsearch dataset push churn data/churn.csv --label churned --new-version"
+        "  tlsearch dataset push churn data/churn.csv --label churned --new-version\n"
+        "  tlsearch dataset push sensors data/sensors.parquet --label failed --task classification --allow-missing"
     ),
     "ls": "tlsearch dataset ls --mongo mongodb://db.example:27017",
     "show": "tlsearch dataset show digits@1",
@@ -66,6 +67,17 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     push.add_argument("--label", metavar="COL", help="label column (default: the last column; .npz: key, default y)")
     push.add_argument("--groups", metavar="COL", help="column of group ids, for GroupKFold and the like")
     push.add_argument("--sample-weight", metavar="COL", help="column of per-row sample weights")
+    push.add_argument(
+        "--task",
+        choices=("classification", "regression"),
+        help="store the labels as class labels (whole-number floats become integers) or as a quantity "
+        "(integers become floats); default: integer, bool and text labels are classes, float labels a quantity",
+    )
+    push.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="accept missing (NaN) feature values, for models that handle them (e.g. HistGradientBoostingClassifier)",
+    )
     push.add_argument("--new-version", action="store_true", help="add a new version when NAME holds other content")
 
     action("ls", "list stored datasets", "List every stored dataset version.", _ls)
@@ -143,7 +155,7 @@ def _progress(description: str, total: int):
 
 
 def _push(args) -> int:
-    from tlsearch.data import read_source
+    from tlsearch.data import push_arrays, read_source
     from tlsearch.data._npy import npy_size
     from tlsearch.errors import DatasetNotFoundError
 
@@ -157,7 +169,16 @@ def _push(args) -> int:
             before = None
         total = sum(npy_size(a.dtype, a.shape) for a in arrays.values())
         with _progress(f"push {args.name}", total) as bar:
-            info = store.push(args.name, arrays, metadata=metadata, new_version=args.new_version, progress=bar.update)
+            info = push_arrays(
+                store,
+                args.name,
+                arrays,
+                metadata,
+                task=args.task,
+                allow_missing=args.allow_missing,
+                new_version=args.new_version,
+                progress=bar.update,
+            )
         sent = store.stats.bytes_sent
     if info.ref == before:
         echo(f"{info.ref} already holds this content (sha256 {info.hash[:12]}): nothing transferred")
@@ -267,7 +288,8 @@ def _shape_summary(info) -> str:
     x_shape = info.arrays["X"]["shape"]
     extras = [name for name in info.arrays if name not in ("X", "y")]
     summary = f"{info.n_rows} rows × {_features(x_shape)} features"
-    return summary + (f" + {', '.join(extras)}" if extras else "")
+    summary += f" + {', '.join(extras)}" if extras else ""
+    return summary + (f", {info.metadata['task']}" if "task" in info.metadata else "")
 
 
 def _short_list(values: list, limit: int = 8) -> str:

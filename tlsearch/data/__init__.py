@@ -1,7 +1,7 @@
 """Where data lives: the dataset store (MongoDB GridFS or a local folder), the host-local cache, fold plans.
 
 store = open_dataset_store(mongo_uri)               # or None: the local store under tlsearch's home
-info = ensure_dataset(store, "sklearn:digits")      # or store.push("name", {"X": X, "y": y})
+info = ensure_dataset(store, "sklearn:digits")      # or push_data(store, (X, y)), store.push("name", {"X": X, "y": y})
 dataset = HostCache().open(store, info.ref)         # downloaded once per host, memory-mapped
 plan = fold_plan_for(store, dataset, KFold(5, shuffle=True, random_state=0))
 fold = dataset.fold(plan, 0)                        # fold.train["X"], fold.validation["y"], no copies
@@ -14,7 +14,19 @@ from tlsearch.data._folds import FoldPlan, describe_splitter
 from tlsearch.data._hashing import hash_arrays
 from tlsearch.data._info import ARRAY_NAMES, DatasetInfo, parse_ref
 from tlsearch.data._open import open_dataset_store
-from tlsearch.data._sources import BUILTINS, arrays_from_frame, ensure_dataset, load_builtin, push_source, read_source
+from tlsearch.data._push import push_data, push_dataset
+from tlsearch.data._sources import (
+    BUILTINS,
+    DATA_FORMS,
+    arrays_from_data,
+    arrays_from_frame,
+    ensure_dataset,
+    is_data,
+    load_builtin,
+    push_arrays,
+    push_source,
+    read_source,
+)
 from tlsearch.data._splitting import compute_fold_plan, fold_plan_for
 from tlsearch.data._store import DatasetStore, TransferStats
 from tlsearch.errors import (
@@ -31,6 +43,7 @@ from tlsearch.errors import (
 __all__ = [
     "ARRAY_NAMES",
     "BUILTINS",
+    "DATA_FORMS",
     "CacheEntry",
     "Dataset",
     "DatasetBusyError",
@@ -48,15 +61,20 @@ __all__ = [
     "FoldPlanNotFoundError",
     "HostCache",
     "TransferStats",
+    "arrays_from_data",
     "arrays_from_frame",
     "compute_fold_plan",
     "describe_splitter",
     "ensure_dataset",
     "fold_plan_for",
     "hash_arrays",
+    "is_data",
     "load_builtin",
     "open_dataset_store",
     "parse_ref",
+    "push_arrays",
+    "push_data",
+    "push_dataset",
     "push_source",
     "read_source",
 ]

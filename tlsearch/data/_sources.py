@@ -6,16 +6,21 @@ files are read with allow_pickle=False, and object columns are refused or (label
 
 from __future__ import annotations
 
+import logging
 import os
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from tlsearch.data._info import FEATURES, GROUPS, LABELS, SAMPLE_WEIGHT, DatasetInfo
 from tlsearch.data._store import DatasetStore, Progress
+from tlsearch.data._validation import labels_for_task, task_note, task_of
 from tlsearch.errors import DatasetExistsError, DatasetNotFoundError, DatasetValidationError
+
+log = logging.getLogger(__name__)
 
 BUILTIN_PREFIX = "sklearn:"
 BUILTINS = ("digits", "wine", "breast_cancer", "iris")
@@ -135,21 +140,7 @@ def arrays_from_frame(
             )
     for name in feature_names:
         column(name, "feature")
-    not_numeric = [
-        n
-        for n in feature_names
-        if not (pd.api.types.is_numeric_dtype(frame[by_name[n]]) or pd.api.types.is_bool_dtype(frame[by_name[n]]))
-    ]
-    if not_numeric:
-        dtypes = ", ".join(f"{n!r} ({frame[by_name[n]].dtype})" for n in not_numeric[:5])
-        raise DatasetValidationError(
-            f"feature column(s) {dtypes}{where} are not numeric: encode them, or leave them out by "
-            "listing the feature columns (--features)"
-        )
-    table = frame[[by_name[n] for n in feature_names]]
-    X = table.to_numpy()
-    if X.dtype.kind == "O":  # nullable pandas dtypes: missing values become NaN
-        X = table.to_numpy(dtype=np.float64, na_value=np.nan)
+    X = _feature_matrix(frame[[by_name[n] for n in feature_names]], where)
     metadata = {"source": source, "feature_names": feature_names, "label": label}
     y, class_names = _encoded(column(label, "label"), f"label column {label!r}")
     arrays = {FEATURES: X, LABELS: y}
@@ -165,6 +156,121 @@ def arrays_from_frame(
         arrays[SAMPLE_WEIGHT] = weights.to_numpy(dtype=np.float64, na_value=np.nan)
         metadata["sample_weight"] = sample_weight
     return arrays, metadata
+
+
+DATA_FORMS = "(X, y) arrays, a DataFrame (its last column the label), (DataFrame, 'label column') or {'X': .., 'y': ..}"
+
+
+def is_data(value: object) -> bool:
+    """Whether `value` has one of the forms of data held in Python that `arrays_from_data` reads."""
+    return _is_frame(value) or isinstance(value, Mapping) or (isinstance(value, (tuple, list)) and len(value) == 2)
+
+
+def arrays_from_data(
+    data,
+    *,
+    features: Columns = None,
+    label: str | None = None,
+    groups=None,
+    sample_weight=None,
+) -> tuple[dict[str, np.ndarray], dict]:
+    """Arrays and metadata from data held in Python: (X, y), a DataFrame (as `arrays_from_frame`: `label`
+    default its last column, `features` default every other), (DataFrame, label column) or a dict of arrays
+    {"X", "y", "groups", "sample_weight"}.
+
+    X may be a DataFrame (its columns are the features) and y a Series or list. Text labels are encoded as
+    integers with their names kept, as for CSV files. `groups` and `sample_weight` are column names of a
+    DataFrame, or one value per row.
+    """
+    if isinstance(data, (tuple, list)) and len(data) == 2 and _is_frame(data[0]) and isinstance(data[1], str):
+        if label is not None:
+            raise DatasetValidationError(f"the label column is given twice: as {data[1]!r} and label={label!r}")
+        data, label = data[0], data[1]
+    if _is_frame(data):
+        columns = {role: c for role, c in ((GROUPS, groups), (SAMPLE_WEIGHT, sample_weight)) if isinstance(c, str)}
+        arrays, metadata = arrays_from_frame(
+            data, features=features, label=label, groups=columns.get(GROUPS), sample_weight=columns.get(SAMPLE_WEIGHT)
+        )
+        given = {
+            role: values for role, values in ((GROUPS, groups), (SAMPLE_WEIGHT, sample_weight)) if role not in columns
+        }
+        return _with_row_arrays(arrays, given), metadata
+    if features is not None or label is not None:
+        raise DatasetValidationError(
+            "features= and label= name columns of a DataFrame: with (X, y), select them yourself"
+        )
+    if isinstance(data, Mapping):
+        unknown = sorted(set(map(str, data)) - {FEATURES, LABELS, GROUPS, SAMPLE_WEIGHT})
+        if unknown or FEATURES not in data or LABELS not in data:
+            raise DatasetValidationError(
+                f"a dict of arrays holds 'X' and 'y', optionally 'groups' and 'sample_weight', not {sorted(map(str, data))}"
+            )
+        data = dict(data)
+        groups = data.pop(GROUPS, groups)
+        sample_weight = data.pop(SAMPLE_WEIGHT, sample_weight)
+        X, y = data[FEATURES], data[LABELS]
+    elif isinstance(data, (tuple, list)) and len(data) == 2:
+        X, y = data
+    else:
+        raise DatasetValidationError(f"data must be {DATA_FORMS}, not {type(data).__name__}")
+    metadata: dict = {"source": "DataFrame" if _is_frame(X) else "arrays"}
+    if _is_frame(X):
+        metadata["feature_names"] = [str(c) for c in X.columns]
+        X = _feature_matrix(X)
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(y, pandas.Series) and y.name is not None:
+        metadata["label"] = str(y.name)
+    y, class_names = _labels(y, "label array 'y'")
+    if class_names is not None:
+        metadata["class_names"] = class_names
+    return _with_row_arrays({FEATURES: X, LABELS: y}, {GROUPS: groups, SAMPLE_WEIGHT: sample_weight}), metadata
+
+
+def _with_row_arrays(arrays: dict, given: dict) -> dict:
+    """`arrays` with the groups and sample weights given as one value per row (groups text encoded)."""
+    for role, values in given.items():
+        if values is not None:
+            arrays[role] = _labels(values, "group array 'groups'")[0] if role == GROUPS else np.asarray(values)
+    return arrays
+
+
+def _labels(values, what: str) -> tuple[np.ndarray, list[str] | None]:
+    """Labels or groups held in Python as numbers: numbers as they are, text encoded as `_encoded` does."""
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(values, pandas.Series):
+        return _encoded(values, what)
+    array = np.asarray(values)
+    if array.dtype.kind in "OUS" and array.ndim == 1:
+        import pandas as pd
+
+        return _encoded(pd.Series(array), what)
+    return array, None
+
+
+def _is_frame(value: object) -> bool:
+    pandas = sys.modules.get("pandas")  # a DataFrame exists only once pandas is imported
+    return pandas is not None and isinstance(value, pandas.DataFrame)
+
+
+def _feature_matrix(table, where: str = "") -> np.ndarray:
+    """The numeric or bool columns of DataFrame `table` as one array (missing values of nullable dtypes: NaN)."""
+    import pandas as pd
+
+    not_numeric = [
+        c
+        for c in table.columns
+        if not (pd.api.types.is_numeric_dtype(table[c]) or pd.api.types.is_bool_dtype(table[c]))
+    ]
+    if not_numeric:
+        dtypes = ", ".join(f"{str(c)!r} ({table[c].dtype})" for c in not_numeric[:5])
+        raise DatasetValidationError(
+            f"feature column(s) {dtypes}{where} are not numeric: encode them, or leave them out by "
+            "listing the feature columns (--features)"
+        )
+    X = table.to_numpy()
+    if X.dtype.kind == "O":  # nullable pandas dtypes: missing values become NaN
+        X = table.to_numpy(dtype=np.float64, na_value=np.nan)
+    return X
 
 
 def _encoded(series, what: str) -> tuple[np.ndarray, list[str] | None]:
@@ -282,12 +388,52 @@ def push_source(
     label: str | None = None,
     groups: str | None = None,
     sample_weight: str | None = None,
+    task: str | None = None,
+    allow_missing: bool = False,
     new_version: bool = False,
     progress: Progress | None = None,
 ) -> DatasetInfo:
-    """Read `source` (see read_source) and push it as `name`."""
+    """Read `source` (see read_source) and push it as `name` (see push_arrays)."""
     arrays, metadata = read_source(source, features=features, label=label, groups=groups, sample_weight=sample_weight)
-    return store.push(name, arrays, metadata=metadata, new_version=new_version, progress=progress)
+    return push_arrays(
+        store,
+        name,
+        arrays,
+        metadata,
+        task=task,
+        allow_missing=allow_missing,
+        new_version=new_version,
+        progress=progress,
+    )
+
+
+def push_arrays(
+    store: DatasetStore,
+    name: str | None,
+    arrays: dict[str, np.ndarray],
+    metadata: dict,
+    *,
+    task: str | None = None,
+    allow_missing: bool = False,
+    new_version: bool = False,
+    progress: Progress | None = None,
+) -> DatasetInfo:
+    """Push what a reader returned as `name` (None: named after its content, see `DatasetStore.push`).
+
+    `task` ("classification" or "regression") converts the labels to that task's dtype (None: the labels'
+    dtype decides, see `task_of`); the task is kept in the metadata, and a warning is logged when the
+    inferred one may be wrong (a float label of a few whole values). `allow_missing` accepts NaN features.
+    """
+    arrays = dict(arrays)
+    arrays[LABELS] = labels_for_task(arrays[LABELS], task, encoded="class_names" in metadata)
+    metadata = {**metadata, "task": task_of(arrays[LABELS])}
+    info = store.push(
+        name, arrays, metadata=metadata, new_version=new_version, allow_missing=allow_missing, progress=progress
+    )
+    note = task_note(arrays[LABELS], metadata.get("label", "y")) if task is None else None
+    if note:
+        log.warning("%s", note)
+    return info
 
 
 def ensure_dataset(store: DatasetStore, source: str) -> DatasetInfo:
@@ -315,7 +461,7 @@ def ensure_dataset(store: DatasetStore, source: str) -> DatasetInfo:
 
 def _push_for_study(store, name, source, arrays, metadata) -> DatasetInfo:
     try:
-        return store.push(name, arrays, metadata=metadata)
+        return push_arrays(store, name, arrays, metadata)
     except DatasetExistsError:
         latest = store.info(name)
         raise DatasetExistsError(

@@ -9,6 +9,8 @@ removes that content's bytes and fold plans too.
 from __future__ import annotations
 
 import abc
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
@@ -50,11 +52,12 @@ class DatasetStore(abc.ABC):
     # -- writing ---------------------------------------------------------------------------------------
     def push(
         self,
-        name: str,
+        name: str | None,
         arrays: Mapping[str, np.ndarray],
         *,
         metadata: dict | None = None,
         new_version: bool = False,
+        allow_missing: bool = False,
         progress: Progress | None = None,
     ) -> DatasetInfo:
         """Store `arrays` as dataset `name` and return its info.
@@ -62,12 +65,23 @@ class DatasetStore(abc.ABC):
         Content identical to the latest version returns that version (nothing is transferred); content
         already stored under another name or version is not transferred again. Different content under an
         existing name raises DatasetExistsError unless `new_version`, which adds version latest+1.
-        Invalid arrays or metadata raise DatasetValidationError before anything is written.
+        Name None names the dataset after its arrays and metadata (`content_name`): pushing the same again
+        returns the same version. NaN features are refused unless `allow_missing` (kept in the metadata, so
+        a copy of the dataset is accepted too). Invalid arrays or metadata raise DatasetValidationError
+        before anything is written.
         """
-        check_name(name)
-        prepared = prepare_arrays(arrays)
+        if name is not None:
+            check_name(name)
         document = prepare_metadata(metadata)
-        return self._push(name, prepared, hash_arrays(prepared), document, new_version, progress)
+        if allow_missing:
+            document["allow_missing"] = True
+        prepared = prepare_arrays(
+            arrays, allow_missing=bool(document.get("allow_missing")), feature_names=document.get("feature_names")
+        )
+        content_hash = hash_arrays(prepared)
+        if name is None:
+            name = content_name(content_hash, document)
+        return self._push(name, prepared, content_hash, document, new_version, progress)
 
     @abc.abstractmethod
     def _push(
@@ -150,6 +164,13 @@ class DatasetStore(abc.ABC):
             f"no dataset {ref!r} in {self.describe()} (`tlsearch dataset ls` lists them; "
             f"`tlsearch dataset push NAME PATH` adds one)"
         )
+
+
+def content_name(content_hash: str, metadata: dict) -> str:
+    """The name of a dataset pushed without one: "data-" and 16 hex digits of a hash over its content and
+    metadata, so that two pushes share a name only when they agree on both (e.g. on the class names)."""
+    document = json.dumps({"content": content_hash, "metadata": metadata}, sort_keys=True)
+    return f"data-{hashlib.sha256(document.encode()).hexdigest()[:16]}"
 
 
 def version_for_push(name: str, latest: DatasetInfo | None, content_hash: str, new_version: bool) -> DatasetInfo | int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -22,8 +22,11 @@ _KIND_WORDS = {
 }
 
 
-def prepare_arrays(arrays: Mapping[str, object]) -> dict[str, np.ndarray]:
-    """Check and normalise a dataset's arrays: C-contiguous, native byte order, numeric, one row per sample.
+def prepare_arrays(
+    arrays: Mapping[str, object], *, allow_missing: bool = False, feature_names: Sequence[str] | None = None
+) -> dict[str, np.ndarray]:
+    """Check and normalise a dataset's arrays: C-contiguous, native byte order, numeric, one row per sample,
+    finite features (NaN allowed with `allow_missing`; `feature_names` name the columns in messages).
 
     Raises DatasetValidationError naming the array and the problem; nothing is written before this passes.
     """
@@ -46,6 +49,7 @@ def prepare_arrays(arrays: Mapping[str, object]) -> dict[str, np.ndarray]:
             continue
         prepared[name] = _prepare_array(name, arrays[name])
     _check_rows(prepared)
+    _check_features(prepared[FEATURES], allow_missing, feature_names)
     _check_finite(prepared[LABELS], "label array 'y'")
     _check_classes(prepared[LABELS])
     if SAMPLE_WEIGHT in prepared:
@@ -89,6 +93,61 @@ def _prepare_array(name: str, value: object) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=native)
 
 
+TASKS = ("classification", "regression")
+# A float label of this many whole values or fewer may be class labels; an integer label of more, a quantity.
+_FEW_VALUES, _MANY_CLASSES = 20, 100
+
+
+def task_of(y: np.ndarray) -> str:
+    """What tlsearch does with labels `y`: classification for integers and booleans (strings are encoded as
+    integers), regression for floats (`tlsearch.models.is_class_labels`, `AutoKFold`)."""
+    return "classification" if np.asarray(y).dtype.kind in "biu" else "regression"
+
+
+def labels_for_task(y: np.ndarray, task: str | None, encoded: bool = False) -> np.ndarray:
+    """`y` as labels of `task`: "classification" makes whole-number floats integers, "regression" makes
+    integers floats; None keeps `y`. `encoded`: y holds codes of text labels, which cannot be a quantity."""
+    if task is None:
+        return y
+    if task not in TASKS:
+        raise DatasetValidationError(f"task must be 'classification' or 'regression', not {task!r}")
+    y = np.asarray(y)
+    if task_of(y) == task or (y.dtype.kind == "f" and not np.isfinite(y).all()):
+        return y  # NaN labels are refused by prepare_arrays, with their rows
+    if task == "regression":
+        if encoded:
+            raise DatasetValidationError("the labels are text: they cannot be a regression target")
+        return y.astype(np.float64)
+    if not np.array_equal(y, np.round(y)):
+        raise DatasetValidationError(
+            "task 'classification' needs whole-number labels, and the float labels hold fractions: encode the "
+            "classes as integers"
+        )
+    return y.astype(np.int64)
+
+
+def task_note(y: np.ndarray, label: str = "y") -> str | None:
+    """A line saying which task labels `y` were taken for, when that may be wrong, and how to change it."""
+    y = np.asarray(y)
+    if y.ndim != 1 or y.dtype.kind not in "fiu" or (y.dtype.kind == "f" and not np.isfinite(y).all()):
+        return None
+    values = np.unique(y)
+    if y.dtype.kind == "f" and len(values) <= _FEW_VALUES and np.array_equal(values, np.round(values)):
+        shown = ", ".join(str(v) for v in values[:5].tolist()) + (", ..." if len(values) > 5 else "")
+        return (
+            f"label {label!r} is float and holds only the whole numbers {shown}: it is treated as regression "
+            "(KFold, a regression loss); to treat it as class labels, push it with --task classification "
+            "(Python: push_dataset(..., task='classification'))"
+        )
+    if y.dtype.kind in "iu" and len(values) > _MANY_CLASSES:
+        return (
+            f"label {label!r} holds {len(values)} distinct integers: it is treated as classification "
+            f"({len(values)} classes); if it is a quantity, push it with --task regression "
+            "(Python: push_dataset(..., task='regression'))"
+        )
+    return None
+
+
 # The metadata lives in one MongoDB document (16 MiB at most) with the dataset's record.
 _METADATA_MAX_BYTES = 8 * 1024 * 1024
 
@@ -111,6 +170,48 @@ def _check_classes(y: np.ndarray) -> None:
             f"the label array 'y' holds one class only ({y[0]!r} in all {len(y)} rows): a classifier needs at "
             "least two; check the label column (--label)"
         )
+
+
+# Features are checked this many bytes of rows at a time, so the check needs little memory beside X.
+_CHECK_BYTES = 64 << 20
+
+
+def _check_features(X: np.ndarray, allow_missing: bool, feature_names: Sequence[str] | None) -> None:
+    """Refuse NaN (unless `allow_missing`) and infinite feature values, naming the columns and their counts."""
+    if X.dtype.kind != "f" or X.size == 0:
+        return
+    table = X.reshape(len(X), -1)
+    nan, inf = np.zeros(table.shape[1], np.int64), np.zeros(table.shape[1], np.int64)
+    step = max(1, _CHECK_BYTES // max(1, table[0].nbytes))
+    for start in range(0, len(table), step):
+        rows = table[start : start + step]
+        nan += np.isnan(rows).sum(axis=0)
+        inf += np.isinf(rows).sum(axis=0)
+    if inf.any():
+        raise DatasetValidationError(
+            f"infinite feature values: {_counts(inf, X, feature_names)}; replace them (e.g. with np.nan_to_num "
+            "or clipping) before pushing"
+        )
+    if nan.any() and not allow_missing:
+        raise DatasetValidationError(
+            f"missing feature values (NaN): {_counts(nan, X, feature_names)}; impute them, or push with "
+            "--allow-missing (Python: allow_missing=True) for models that accept NaN, such as "
+            "HistGradientBoostingClassifier"
+        )
+
+
+def _counts(per_column: np.ndarray, X: np.ndarray, feature_names: Sequence[str] | None, limit: int = 5) -> str:
+    """ "'age' in 3 rows, 'income' in 1 row": the columns and their counts, by name when known."""
+    if X.ndim != 2:
+        total = int(per_column.sum())
+        return f"{total} value{'s' if total > 1 else ''} of 'X'"
+    names = feature_names if feature_names is not None and len(feature_names) == X.shape[1] else None
+    columns = np.flatnonzero(per_column)
+    shown = ", ".join(
+        f"{repr(names[c]) if names else f'column {c}'} in {per_column[c]} row{'s' if per_column[c] > 1 else ''}"
+        for c in columns[:limit]
+    )
+    return shown + (f", ... ({len(columns)} columns in all)" if len(columns) > limit else "")
 
 
 def _check_ndim(name: str, array: np.ndarray, ndim: int) -> None:

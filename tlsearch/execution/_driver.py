@@ -20,7 +20,7 @@ import optuna
 from tlsearch import spaces
 from tlsearch._compat import optuna as compat
 from tlsearch.config import Settings
-from tlsearch.data import HostCache, ensure_dataset, fold_plan_for
+from tlsearch.data import HostCache, ensure_dataset, fold_plan_for, push_data
 from tlsearch.errors import TLSearchError
 from tlsearch.execution import _cluster as cluster
 from tlsearch.execution._dispatcher import DONE, Budget, Dispatcher
@@ -82,7 +82,8 @@ def run(
     `if __name__ == "__main__":` in a script. `drive` takes the same arguments and also says why the run ended.
 
     Args:
-        spec: The study to run (`tlsearch.StudySpec`, e.g. from `tlsearch.load_study_file`).
+        spec: The study to run (`tlsearch.StudySpec`, e.g. from `tlsearch.load_study_file`); a dataset held in
+            Python is pushed first (as `tlsearch.push_dataset` does) and the study names it.
         mongo: The MongoDB URI of the stores; default: the settings' (`TLSEARCH_MONGO_URI`, the config file),
             else the embedded default (a journal file and local folders under `home`).
         database: The MongoDB database; default: the settings'.
@@ -175,6 +176,8 @@ def drive(
     name = check_study_name(name or spec.name)
     _check_budget(budget, where.n_workers if where.is_local else None)
     spaces.check_space(spec.space, name)
+    if not isinstance(spec.dataset, str):  # data held in Python: stored now, so that workers get only its name
+        spec = dataclasses.replace(spec, dataset=push_data(stores.dataset_store(), spec.dataset).ref)
 
     with DriverLock(stores, name) as driver_lock, Interrupts() as interrupts:
         study, created = _open_study(spec, stores, name, resume)

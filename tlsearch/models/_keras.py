@@ -63,16 +63,34 @@ def _as_inputs(x: np.ndarray) -> np.ndarray:
     return x.astype("float32") if x.dtype.kind in "fiub" and x.dtype != np.float32 else x
 
 
-def _non_finite_loss_guard(keras: Any) -> Any:
+def _non_finite_loss_guard(keras: Any, x: np.ndarray, y: np.ndarray) -> Any:
     class NonFiniteLossGuard(keras.callbacks.Callback):
         """Stops training with NonFiniteLossError as soon as an epoch's loss is NaN or infinite."""
 
         def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
             loss = (logs or {}).get("loss")
             if loss is not None and not np.isfinite(float(loss)):
-                raise NonFiniteLossError(f"training loss is {float(loss)} at epoch {epoch + 1}")
+                raise NonFiniteLossError(non_finite_loss_message(float(loss), epoch + 1, x, y))
 
     return NonFiniteLossGuard()
+
+
+def non_finite_loss_message(loss: float, epoch: int, x: np.ndarray, y: np.ndarray) -> str:
+    """What a NaN or infinite training loss says: its likely cause, the training rows' own non-finite values
+    (a dataset pushed with allow_missing) when they have some, else a diverging training."""
+    for what, values in (("features", x), ("labels", y)):
+        values = np.asarray(values)
+        bad = values.size - np.count_nonzero(np.isfinite(values)) if values.dtype.kind == "f" else 0
+        if bad:
+            return (
+                f"training loss is {loss} at epoch {epoch}: the training {what} hold {bad} NaN or infinite values "
+                "(a dataset pushed with allow_missing), which Keras cannot train on: impute them, or use a model "
+                "that accepts NaN"
+            )
+    return (
+        f"training loss is {loss} at epoch {epoch}: the training data is finite, so training diverged: lower the "
+        "learning rate, scale the features or labels, or check that the loss suits the labels"
+    )
 
 
 class _KerasClassifierView:
@@ -242,8 +260,7 @@ class KerasTrainer:
         spec = self._model_spec
         set_random_seed(keras, seed)
         x, y = _as_inputs(x), self._target.encode(y)
-        callbacks = [_non_finite_loss_guard(keras)]
-        validation_data = None
+        validation_data, early_stopping = None, []
         if spec.early_stopping is not None:
             # Early stopping watches rows held out of the training rows, never the fold's validation rows.
             order = np.random.default_rng(seed).permutation(len(x))
@@ -252,12 +269,12 @@ class KerasTrainer:
             validation_data = inputs.validation_data(keras, x[held_out], y[held_out], self._eval_batch_size)
             x, y = x[kept], y[kept]
             sample_weight = None if sample_weight is None else np.asarray(sample_weight)[kept]
-            callbacks.append(
+            early_stopping.append(
                 keras.callbacks.EarlyStopping(
                     monitor="val_loss", patience=spec.early_stopping, restore_best_weights=True
                 )
             )
-        callbacks.extend(user_callbacks)
+        callbacks = [_non_finite_loss_guard(keras, x, y), *early_stopping, *user_callbacks]
         model = self._build(keras, params)
         if spec.callbacks is None and model.steps_per_execution == 1:
             model.steps_per_execution = STEPS_PER_EXECUTION

@@ -39,6 +39,7 @@ from tlsearch import spaces
 from tlsearch._text import name_problem
 from tlsearch.cv._evaluate import AutoKFold, Holdout
 from tlsearch.cv._pruners import KFoldPruner
+from tlsearch.data import DATA_FORMS, is_data
 from tlsearch.errors import StudyFileError, StudySpecError
 from tlsearch.models import CustomLoop, KerasModel, ModelKind, SklearnModel
 from tlsearch.models._checks import is_int, require
@@ -79,6 +80,10 @@ _MINIMIZED_NAMES = {
 class StudySpec:
     """Everything a study declares. Validated on construction; see the module docstring for the defaults.
 
+    dataset is a stored dataset's name ("NAME" or "NAME@VERSION"), a source (`tlsearch.ensure_dataset`), or data
+    held in Python (`tlsearch.push_dataset`'s forms, e.g. `(X, y)` or `(frame, "label")`), pushed by `tlsearch.run`
+    under a name made of its content, so that workers receive the name, not the data, and a resume with the same
+    data finds the same dataset.
     n_trials is the total to reach, counting trials already in the study store; timeout is in seconds.
     trial_timeout (seconds) fails a trial that runs longer as TrialTimeout and restarts its worker.
     retries is how many times the dispatcher re-runs a trial lost to an infrastructure failure.
@@ -91,7 +96,7 @@ class StudySpec:
     """
 
     name: str
-    dataset: str
+    dataset: Any
     space: spaces.Space
     model: ModelKind
     cv: Any = None
@@ -119,10 +124,14 @@ class StudySpec:
     def __post_init__(self) -> None:
         problem = name_problem(self.name)
         require(problem is None, "StudySpec.name", f"{problem}, got {self.name!r}")
+        given = (
+            repr(self.dataset) if isinstance(self.dataset, str) or self.dataset is None else type(self.dataset).__name__
+        )
         require(
-            isinstance(self.dataset, str) and self.dataset.strip() != "",
+            (isinstance(self.dataset, str) and self.dataset.strip() != "") or is_data(self.dataset),
             "StudySpec.dataset",
-            f"must be a dataset name or a source like 'sklearn:digits', got {self.dataset!r}",
+            f"must be a dataset name, a source like 'sklearn:digits', or data held in Python: {DATA_FORMS}; "
+            f"got {given}",
         )
         require(
             callable(self.space) or isinstance(self.space, Mapping),
