@@ -488,7 +488,9 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         return next(iter(self._retrying(lambda c: list(c.trials.aggregate(pipeline)))), None)
 
     def summarize_trials(self, study_id: int) -> TrialsSummary:
-        """See `tlsearch.storage._extensions.SummarizedTrials`: one aggregation, and two reads for the best."""
+        """The study's trials summed up by the server, none loaded (what `tlsearch status` and `best` read):
+        counts by state, first start, last activity and, for one objective, the best value, the lowest-numbered
+        trial reaching it and how many do. One aggregation, and two more reads for the best."""
         groups = self._retrying(
             lambda c: list(
                 c.trials.aggregate(
