@@ -238,19 +238,23 @@ def _refuse_unguarded_script() -> None:
         frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__"
     ):
         frame = frame.f_back
-    if frame is None or path is None or Path(frame.f_code.co_filename).resolve() != Path(path).resolve():
+    if frame is None or path is None:
         return  # not called by a script run as such (an interactive session, a notebook, python -c)
+    line, filename = frame.f_lineno, frame.f_code.co_filename
+    del frame  # no reference cycle through this function's frame
     try:
+        if Path(filename).resolve() != Path(path).resolve():
+            return
         tree = ast.parse(Path(path).read_bytes())
     except (OSError, SyntaxError, ValueError):
         return
-    line = frame.f_lineno
     statement = next((s for s in tree.body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
     if statement is not None and not _is_main_guard(statement):
         raise main_guard_exit(f"tlsearch.run is called on line {line} of {path}, outside the main guard")
 
 
 def _is_main_guard(statement: ast.stmt) -> bool:
+    """Whether `statement` is `if __name__ == "__main__":` (either way round)."""
     if not (isinstance(statement, ast.If) and isinstance(statement.test, ast.Compare)):
         return False
     sides = [statement.test.left, *statement.test.comparators]

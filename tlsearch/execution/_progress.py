@@ -23,8 +23,9 @@ class Progress:
     the running ones, the best value so far, elapsed time and an ETA.
 
     Elapsed time is this run's, and says "since resume" when the study had finished trials before it. The ETA
-    is the median duration of the latest ETA_WINDOW trials (the study's earlier ones until this run has
-    its own) times the trials left per slot (`parallelism`): one slow or pruned trial does not swing it.
+    is the median duration of the latest ETA_WINDOW trials (counting the study's stored ones, so that a resumed
+    run has one from its first line) times the trials left per slot (`parallelism`): one slow or pruned trial
+    does not swing it.
     `mode` is "bar" (a live tqdm line that fits 80 columns), "log" (a line per finished trial), "off", or
     "auto": a bar when stderr is a terminal, lines otherwise.
     """
