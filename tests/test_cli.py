@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import socket
 
 import pytest
 
@@ -116,3 +117,29 @@ def test_copy_to_mongodb_then_resume_there(local_study, mongo_uri, mongo_db_name
     assert main(["status", "iris-tree", *mongo, "--json"]) == 0
     [status] = json.loads(capsys.readouterr().out)
     assert status["complete"] + status["pruned"] == 6 and status["dataset"] == "iris@1"
+
+
+@pytest.mark.slow
+def test_copy_says_so_when_the_source_is_the_destination(local_study, mongo_uri, mongo_db_name, capsys, monkeypatch):
+    _, home = local_study
+    to = ["--to", mongo_uri, "--to-database", mongo_db_name]
+    assert main(["copy", "iris-tree", "--home", str(home), *to, "--to-name", "copied"]) == 0
+    assert "A new study created" not in capsys.readouterr().err  # the store's info line, as Optuna's, only with -v
+    monkeypatch.setenv("TLSEARCH_MONGO_URI", mongo_uri)  # the tutorial's order: export, then copy
+    assert main(["copy", "copied", "--database", mongo_db_name, *to]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the source and the destination are both MongoDB" in err
+    assert "unset TLSEARCH_MONGO_URI" in err
+    monkeypatch.delenv("TLSEARCH_MONGO_URI")
+    assert main(["copy", "iris-tree", "--home", str(home), *to, "--to-name", "copied"]) == 1
+    assert "has a study named 'copied' already: give --to-name" in capsys.readouterr().err
+
+
+def test_dashboard_on_a_busy_port_says_so_in_one_line(tmp_path, capsys):
+    pytest.importorskip("optuna_dashboard")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["dashboard", "--home", str(tmp_path), "--port", str(port)]) == 1
+    assert capsys.readouterr().err == f"tlsearch: error: port {port} is in use on 127.0.0.1: --port to choose another\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import optuna
@@ -96,6 +97,23 @@ def test_sklearn_refit_round_trip_in_a_fresh_process(sklearn_refit):
     assert record.trial_number == study.best_trial.number and record.format == "skops"
     assert record.params == study.best_trial.params and record.cv_score == study.best_value
     assert path.suffix == ".skops"
+
+
+@pytest.mark.slow
+def test_a_study_of_one_name_in_two_stores_keeps_a_model_file_each(sklearn_refit, mongo_uri, mongo_db_name, capsys):
+    from tlsearch import cli
+
+    spec, stores, _, local_path = sklearn_refit
+    assert local_path == stores.home / "models" / f"{spec.name}.skops"
+    mongo = ["--mongo", mongo_uri, "--database", mongo_db_name, "--home", str(stores.home)]
+    assert (
+        cli.main(["copy", spec.name, "--home", str(stores.home), "--to", mongo_uri, "--to-database", mongo_db_name])
+        == 0
+    )
+    assert cli.main(["refit", spec.name, *mongo]) == 0
+    mongo_path = Path(capsys.readouterr().out.split(": ")[-1].split("\n")[0])
+    assert mongo_path.parent.parent == stores.home / "models" and mongo_path.parent.name.startswith("mongodb-")
+    assert mongo_path.name == local_path.name and mongo_path.is_file() and local_path.is_file()
 
 
 @pytest.mark.slow

@@ -3,7 +3,8 @@ may already catch (`except ValueError`). The command line prints a `TLSearchErro
 
 A model's own code may raise `RetryableTrialError` or `FatalTrialError` to decide whether its trial is retried;
 that choice is checked before tlsearch's own rules (see the faults guide). `tlsearch.cv.EpochPruned`, the signal
-that stops a trial between epochs, is an `optuna.TrialPruned` as well and lives with the pruners.
+that stops a trial between epochs, is an `optuna.TrialPruned` as well and lives with the pruners. The one
+exception, `main_guard_exit`, ends a script that lacks the main guard.
 """
 
 from __future__ import annotations
@@ -139,3 +140,12 @@ class DatasetChangedError(TLSearchError):
 
 class UnsafeModelError(TLSearchError):
     """A model file that was changed since it was saved, or that holds code-carrying types."""
+
+
+# ---- running a study -----------------------------------------------------------------------------------------------
+
+
+def main_guard_exit(what: str) -> SystemExit:
+    """What ends a script that calls tlsearch.run outside `if __name__ == "__main__":` (and each worker process
+    that imports it): a SystemExit, so the script ends with this one line rather than a traceback."""
+    return SystemExit(f'tlsearch: error: {what}: put the call under `if __name__ == "__main__":`')

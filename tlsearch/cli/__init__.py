@@ -151,8 +151,9 @@ class _SafeFormatter(logging.Formatter):
 
 def setup_logging(args) -> None:
     """tlsearch's logs on stderr: INFO by default, WARNING with -q, DEBUG with -v or --debug. Optuna's info
-    logs and TensorFlow's start-up logs (inherited by worker processes) only with -v. Every record has its
-    credentials masked and its control characters escaped."""
+    logs (and the study store's, which mirror them: "A new study created") and TensorFlow's start-up logs
+    (inherited by worker processes) only with -v. Every record has its credentials masked and its control
+    characters escaped."""
     import optuna
 
     verbose = args.verbose or args.debug
@@ -167,6 +168,7 @@ def setup_logging(args) -> None:
     logger.handlers[:] = [handler]
     logger.propagate = False
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING if args.quiet else logging.INFO)
+    logging.getLogger("tlsearch.storage").setLevel(logging.DEBUG if verbose else logging.WARNING)
     if args.debug:
         logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
         for root_handler in logging.getLogger().handlers:

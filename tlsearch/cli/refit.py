@@ -24,7 +24,12 @@ def register(subparsers, parent) -> None:
         metavar="PATH",
         help="study file to use (default: the one that ran NAME on this machine)",
     )
-    refit.add_argument("-o", "--output", help="where to save the model (default: HOME/models/NAME.keras|.skops)")
+    refit.add_argument(
+        "-o",
+        "--output",
+        help="where to save the model (default: HOME/models/NAME.keras|.skops for a local study, "
+        "HOME/models/mongodb-HASH/NAME.keras|.skops for one in MongoDB, HASH naming its servers and database)",
+    )
     refit.set_defaults(func=_refit)
 
 

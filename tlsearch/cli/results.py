@@ -223,11 +223,32 @@ def _dashboard(args) -> int:
     except ImportError:
         raise TLSearchError("optuna-dashboard is not installed: pip install 'tlsearch[dashboard]'") from None
     stores = stores_of(args)
+    _refuse_busy_port(args.host, args.port)  # before the server's banner, which would say it is listening
     echo(f"optuna-dashboard on {stores.describe()}: http://{args.host}:{args.port}/  (Ctrl-C to stop)")
-    optuna_dashboard.run_server(
-        stores.study_storage(), host=args.host, port=args.port, artifact_store=stores.artifact_store()
-    )
+    try:
+        optuna_dashboard.run_server(
+            stores.study_storage(), host=args.host, port=args.port, artifact_store=stores.artifact_store()
+        )
+    except OSError as error:  # taken between the check and the server's start
+        _refuse_busy_port(args.host, args.port, error)
+        raise
     return 0
+
+
+def _refuse_busy_port(host: str, port: int, error: OSError | None = None) -> None:
+    """Raise a one-line TLSearchError if `port` is in use on `host` (or `error` says so)."""
+    import errno
+    import socket
+
+    if error is None:
+        try:
+            with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+                probe.bind((host, port))
+        except OSError as bind_error:
+            error = bind_error
+    if error is not None and error.errno == errno.EADDRINUSE:
+        raise TLSearchError(f"port {port} is in use on {host}: --port to choose another") from None
 
 
 def _copy(args) -> int:
@@ -237,6 +258,28 @@ def _copy(args) -> int:
     source = stores_of(args)
     target = Stores.resolve(args.to, args.to_database or args.settings.database, args.settings.home)
     to_name = args.to_name or args.name
-    study_attrs.copy(source, target, args.name, to_name)
+    if to_name == args.name and _same_store(source, target):
+        raise TLSearchError(
+            f"the source and the destination are both {source.describe()}: the source is the store --mongo, "
+            "$TLSEARCH_MONGO_URI or the config file selects (else the local folder under --home); "
+            "unset TLSEARCH_MONGO_URI to copy a local study, or give --to-name to copy it under another name"
+        )
+    try:
+        study_attrs.copy(source, target, args.name, to_name)
+    except optuna.exceptions.DuplicatedStudyError:
+        raise TLSearchError(
+            f"{target.describe()} has a study named {to_name!r} already: give --to-name to copy it under another name"
+        ) from None
     echo(f"copied study {args.name!r} with its dataset from {source.describe()} to {target.describe()} as {to_name!r}")
     return 0
+
+
+def _same_store(one, other) -> bool:
+    from tlsearch.config import database_name
+
+    if one.is_local or other.is_local:
+        return one.is_local and other.is_local and one.home.resolve() == other.home.resolve()
+    return (one.mongo, database_name(one.mongo, one.database)) == (
+        other.mongo,
+        database_name(other.mongo, other.database),
+    )

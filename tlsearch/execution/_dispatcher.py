@@ -27,7 +27,7 @@ from tlsearch.data import HostCache
 from tlsearch.execution import _cluster as cluster
 from tlsearch.execution import _fold_tasks as fold_tasks
 from tlsearch.execution._heartbeat import Heartbeat
-from tlsearch.execution._progress import Progress
+from tlsearch.execution._progress import ETA_WINDOW, Progress
 from tlsearch.execution._retries import fail_abandoned_trials, fail_and_retry, worker_deaths
 from tlsearch.execution._stop_policy import (  # noqa: F401 - also read from the old path `tlsearch.dispatcher`
     BUDGET_REACHED,
@@ -85,8 +85,14 @@ class Dispatcher:
         self.resources = cluster.trial_resources(client)
         self.slots = TrialSlots(compat.storage_of(study), compat.study_id(study))
         self._killers: dict[int, str] = {}  # trial_id -> the worker that died under it alone
+        trials = study.get_trials(deepcopy=False)
+        durations = [t.duration.total_seconds() for t in trials if t.state in DONE and t.duration is not None]
         self.progress = Progress(
-            self.n_trials, Counter(t.state.name for t in study.get_trials(deepcopy=False)), progress
+            self.n_trials,
+            Counter(t.state.name for t in trials),
+            progress,
+            parallelism=self.parallelism,
+            durations=durations[-ETA_WINDOW:],
         )
         if self.progress.shows_best:
             self.progress.best = self._best()
@@ -302,7 +308,9 @@ class Dispatcher:
         if outcome.state == TrialState.COMPLETE and self.progress.shows_best:
             self.progress.best = self._best()  # the line printed for this trial counts it
         self.progress.running = self._trials_in_flight()
-        self.progress.finished(number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}")
+        self.progress.finished(
+            number, outcome.state, value, f"{outcome.seconds:.1f} s on {outcome.worker}", outcome.seconds
+        )
         run_callbacks(self.spec, self.study, trial_id)
 
     def _expire_slow_trials(self) -> None:

@@ -7,10 +7,13 @@ owns each trial's lifecycle.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
+import inspect
 import logging
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +24,7 @@ from tlsearch import spaces
 from tlsearch._compat import optuna as compat
 from tlsearch.config import Settings
 from tlsearch.data import HostCache, ensure_dataset, fold_plan_for, push_data
-from tlsearch.errors import TLSearchError
+from tlsearch.errors import TLSearchError, main_guard_exit
 from tlsearch.execution import _cluster as cluster
 from tlsearch.execution._dispatcher import DONE, Budget, Dispatcher
 from tlsearch.execution._guards import DriverLock, Interrupts
@@ -167,6 +170,8 @@ def drive(
     settings = Settings.resolve(mongo=mongo, database=database, home=home)
     stores = stores or Stores.of(settings)
     where = _with_settings(cluster.ClusterOptions(client, scheduler, n_workers, security), settings)
+    if where.is_local:
+        _refuse_unguarded_script()
     budget = Budget(
         n_trials=n_trials if n_trials is not None else spec.n_trials,
         timeout=timeout if timeout is not None else spec.timeout,
@@ -224,11 +229,40 @@ def _refuse_spawned_import() -> None:
     import multiprocessing
 
     if getattr(multiprocessing.current_process(), "_inheriting", False):
-        # SystemExit: the worker process ends with this one line, not a traceback per worker.
-        raise SystemExit(
-            "tlsearch: error: tlsearch.run was called while a worker process imported your script: "
-            'put the call under `if __name__ == "__main__":`'
-        )
+        raise main_guard_exit("tlsearch.run was called while a worker process imported your script")
+
+
+def _refuse_unguarded_script() -> None:
+    """Refuse a call from the top level of the `__main__` script outside its main guard, before a local
+    cluster spawns worker processes that would import the script and run the call again."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    frame = inspect.currentframe()
+    while frame is not None and not (
+        frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__"
+    ):
+        frame = frame.f_back
+    if frame is None or path is None:
+        return  # not called by a script run as such (an interactive session, a notebook, python -c)
+    line, filename = frame.f_lineno, frame.f_code.co_filename
+    del frame  # no reference cycle through this function's frame
+    try:
+        if Path(filename).resolve() != Path(path).resolve():
+            return
+        tree = ast.parse(Path(path).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return
+    statement = next((s for s in tree.body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+    if statement is not None and not _is_main_guard(statement):
+        raise main_guard_exit(f"tlsearch.run is called on line {line} of {path}, outside the main guard")
+
+
+def _is_main_guard(statement: ast.stmt) -> bool:
+    """Whether `statement` is `if __name__ == "__main__":` (either way round)."""
+    if not (isinstance(statement, ast.If) and isinstance(statement.test, ast.Compare)):
+        return False
+    sides = [statement.test.left, *statement.test.comparators]
+    names = {s.id for s in sides if isinstance(s, ast.Name)} | {s.value for s in sides if isinstance(s, ast.Constant)}
+    return names == {"__name__", "__main__"} and isinstance(statement.test.ops[0], ast.Eq)
 
 
 def _open_study(spec, stores: Stores, name: str, resume: bool) -> tuple[optuna.Study, bool]:

@@ -23,10 +23,12 @@ import optuna
 
 from tlsearch import spaces
 from tlsearch._files import write_file_with
+from tlsearch.config import database_name
 from tlsearch.cv._evaluate import Holdout
 from tlsearch.data import HostCache
 from tlsearch.errors import TLSearchError, UnsafeModelError
 from tlsearch.models import describe_target, import_keras
+from tlsearch.mongo import mask_uri
 from tlsearch.reading import _study_attrs as study_attrs
 from tlsearch.reading._trials_table import number_attr
 from tlsearch.seeds import derive_seed
@@ -35,6 +37,7 @@ from tlsearch.stores import _study_files as study_files
 from tlsearch.stores._stores import Stores, check_study_name
 
 ATTR_REFIT = "tlsearch:refit"
+_URI_SERVERS = re.compile(r"^mongodb(?:\+srv)?://(?:[^@/]*@)?([^/?#]*)")  # host:port,... without the user-info
 # What a scikit-learn model file may hold beyond skops' own trusted types (estimators, transformers and plain
 # containers): the concrete types fitted scikit-learn models carry. Never a function that can reach arbitrary
 # code (builtins.exec, eval, getattr, __import__, operator.*, functools.partial); anything else is refused.
@@ -89,7 +92,7 @@ def refit(
     output: str | Path | None = None,
 ) -> tuple[RefitRecord, Path]:
     """Train trial `trial_number`'s parameters (default: the best trial's) on the study's whole dataset,
-    save the model to `output` (default: HOME/models/NAME.keras or .skops), upload it as an artifact of the
+    save the model to `output` (default: `default_model_path`), upload it as an artifact of the
     study and return its record and path. `spec` defaults to the study file the store recorded."""
     stores = stores or Stores.resolve()
     study = study_attrs.load(stores, name)
@@ -105,7 +108,7 @@ def refit(
     y = dataset["y"]
     is_keras = spec.model.framework == "keras"
     suffix = ".keras" if is_keras else ".skops"
-    path = Path(output) if output else stores.home / "models" / f"{check_study_name(name)}{suffix}"
+    path = Path(output) if output else default_model_path(stores, name, suffix)
     if path.suffix != suffix:
         raise TLSearchError(f"a {'Keras' if is_keras else 'scikit-learn'} model is saved as {suffix}, got {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,6 +132,20 @@ def refit(
     )
     study_attrs.write(study, ATTR_REFIT, asdict(record))
     return record, path
+
+
+def default_model_path(stores: Stores, name: str, suffix: str) -> Path:
+    """Where `refit` saves study `name`'s model by default: HOME/models/NAME.SUFFIX for a local study,
+    HOME/models/mongodb-HASH/NAME.SUFFIX for one in MongoDB, HASH naming its servers and database (never its
+    credentials): studies of one name in two stores keep a file each."""
+    folder = stores.home / "models"
+    if not stores.is_local:
+        servers = _URI_SERVERS.match(stores.mongo)
+        where = (
+            f"{servers.group(1) if servers else mask_uri(stores.mongo)}/{database_name(stores.mongo, stores.database)}"
+        )
+        folder /= f"mongodb-{hashlib.sha256(where.encode()).hexdigest()[:8]}"
+    return folder / f"{check_study_name(name)}{suffix}"
 
 
 def load_model(
