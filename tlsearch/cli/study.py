@@ -78,6 +78,13 @@ def _driver_options() -> argparse.ArgumentParser:
         "--n-trials", type=int, metavar="N", help="complete + pruned trials to reach, counting earlier ones"
     )
     parser.add_argument(
+        "--fold-budget",
+        type=int,
+        metavar="N",
+        help="folds to train in total, counting earlier runs' and every driver's: no trial starts unless its k "
+        "folds fit; pruned and failed trials count only the folds they trained (default: the study file's)",
+    )
+    parser.add_argument(
         "--timeout",
         type=seconds,
         metavar="S",
@@ -139,6 +146,7 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
         n_trials=args.n_trials,
         timeout=args.timeout,
         trial_timeout=args.trial_timeout,
+        fold_budget=args.fold_budget,
         name=name,
         study_file=study_file,
         progress="off" if args.quiet else args.progress,
