@@ -17,8 +17,8 @@ def register(subparsers, parent) -> None:
         parents=[parent, _driver_options()],
         help="run a study file to its target",
         description="Run the study defined in STUDY_FILE (a Python file with a `spec = tlsearch.StudySpec(...)`) "
-        "until --n-trials trials are complete or pruned in total, then print the best trial and "
-        "write the report. Running an existing study again continues it.",
+        "until --n-trials trials are complete or pruned in total (or --fold-budget folds are spent), then print "
+        "the best trial and write the report. Running an existing study again continues it.",
         epilog="example: tlsearch run studies/digits_mlp.py --n-trials 20 --workers 2",
     )
     run.add_argument("study_file", metavar="STUDY_FILE", help="path of the study file")

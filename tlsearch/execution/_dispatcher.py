@@ -69,8 +69,9 @@ DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 class Budget:
     """When a run ends: `n_trials` complete or pruned trials in total (counting earlier ones), `timeout` seconds,
     or fewer than a trial's k folds left of `fold_budget` folds in total (a trial claims its k folds before it
-    starts and gives back those it did not train), whichever comes first (any may be None, not all); `parallelism` trials in flight (default: the cluster's capacity);
-    `trial_timeout` seconds at most per trial (None: no limit)."""
+    starts and gives back those it did not train), whichever comes first (any may be None, not all);
+    `parallelism` trials in flight (default: the cluster's capacity); `trial_timeout` seconds at most per trial
+    (None: no limit)."""
 
     n_trials: int | None = None
     timeout: float | None = None

@@ -35,10 +35,9 @@ def folds_trained(trial: optuna.trial.FrozenTrial) -> int:
 def folds_used(study: optuna.Study, n_folds: int) -> int:
     """The folds claimed when a study's fold counter starts: those its finished trials trained, and all
     `n_folds` of each running trial."""
-    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
-    return sum(map(folds_trained, trials)) + n_folds * len(
-        study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    )
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return sum(map(folds_trained, finished)) + n_folds * len(running)
 
 
 def release_untrained_folds(study: optuna.Study, trial: optuna.trial.FrozenTrial, n_folds: int) -> None:
