@@ -48,7 +48,9 @@ class TrialSlots:
 
 class ClaimedFolds:
     """The fold counter of one study, kept by its store (`FoldCounter`): folds trained by its trials, plus k for
-    each trial running; the start value comes from `used()` (see `FoldCounter.claim_folds`)."""
+    each trial running; the start value comes from `used()` (see `FoldCounter.claim_folds`). Whatever trains
+    folds for the study claims them here first (a trial its k; a path that trains more folds of a trial, such
+    as a re-evaluation, those)."""
 
     def __init__(self, storage: optuna.storages.BaseStorage, study_id: int) -> None:
         if not isinstance(storage, FoldCounter):
