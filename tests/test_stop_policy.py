@@ -14,6 +14,7 @@ from tlsearch.execution._stop_policy import (
     BUDGET_REACHED,
     CONSECUTIVE_FAILURES,
     EXIT_CODES,
+    FOLD_BUDGET_REACHED,
     GRID_EXHAUSTED,
     INTERRUPTED,
     NO_COMPLETE_TRIAL,
@@ -45,7 +46,7 @@ class Interrupts:
         self.count += 1
 
 
-def _policy(*, timeout=None, n_trials=3, parallelism=1, read_stop_flag=lambda: False, clock=None):
+def _policy(*, timeout=None, n_trials=3, parallelism=1, read_stop_flag=lambda: False, clock=None, fold_budget=None):
     clock, interrupts, notes = clock or Clock(), Interrupts(), []
     policy = StopPolicy(
         n_trials=n_trials,
@@ -55,6 +56,7 @@ def _policy(*, timeout=None, n_trials=3, parallelism=1, read_stop_flag=lambda: F
         read_stop_flag=read_stop_flag,
         note=notes.append,
         clock=clock,
+        fold_budget=fold_budget,
     )
     policy.start()
     return policy, clock, interrupts, notes
@@ -66,6 +68,18 @@ def test_a_run_that_spends_its_budget_ends_with_budget_reached():
     assert not policy.stopping and notes == []
     assert policy.end(COMPLETED) == (BUDGET_REACHED, "3/3 trials finished")
     assert EXIT_CODES[BUDGET_REACHED] == 0
+
+
+def test_a_run_out_of_folds_before_its_trial_budget_ends_with_fold_budget_reached():
+    policy, _, _, _ = _policy(n_trials=5, fold_budget=10)
+    assert policy.end(COMPLETED, folds_used=9) == (FOLD_BUDGET_REACHED, "9/10 folds; 3/5 trials finished")
+    assert EXIT_CODES[FOLD_BUDGET_REACHED] == 0
+    policy, _, _, _ = _policy(n_trials=3, fold_budget=10)  # both spent: the trial budget says it
+    assert policy.end(COMPLETED, folds_used=9) == (BUDGET_REACHED, "9/10 folds; 3/3 trials finished")
+    policy, clock, _, _ = _policy(n_trials=None, timeout=5, fold_budget=10)
+    clock.now += 5
+    policy.check(in_flight=1)
+    assert policy.end(COMPLETED, folds_used=6) == (TIMEOUT_REACHED, "6/10 folds; 3 trials finished")
 
 
 def test_timeout_stops_starting_trials_and_fails_running_ones_stop_grace_later():

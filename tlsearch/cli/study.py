@@ -17,8 +17,8 @@ def register(subparsers, parent) -> None:
         parents=[parent, _driver_options()],
         help="run a study file to its target",
         description="Run the study defined in STUDY_FILE (a Python file with a `spec = tlsearch.StudySpec(...)`) "
-        "until --n-trials trials are complete or pruned in total, then print the best trial and "
-        "write the report. Running an existing study again continues it.",
+        "until --n-trials trials are complete or pruned in total (or --fold-budget folds are spent), then print "
+        "the best trial and write the report. Running an existing study again continues it.",
         epilog="example: tlsearch run studies/digits_mlp.py --n-trials 20 --workers 2",
     )
     run.add_argument("study_file", metavar="STUDY_FILE", help="path of the study file")
@@ -76,6 +76,13 @@ def _driver_options() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--n-trials", type=int, metavar="N", help="complete + pruned trials to reach, counting earlier ones"
+    )
+    parser.add_argument(
+        "--fold-budget",
+        type=int,
+        metavar="N",
+        help="folds to train in total, counting earlier runs' and every driver's: no trial starts unless its k "
+        "folds fit; pruned and failed trials count only the folds they trained (default: the study file's)",
     )
     parser.add_argument(
         "--timeout",
@@ -139,6 +146,7 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
         n_trials=args.n_trials,
         timeout=args.timeout,
         trial_timeout=args.trial_timeout,
+        fold_budget=args.fold_budget,
         name=name,
         study_file=study_file,
         progress="off" if args.quiet else args.progress,

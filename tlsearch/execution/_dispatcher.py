@@ -4,6 +4,11 @@
 trial, submits it as a task (or, when workers would sit idle, as several tasks that share its folds:
 `fold_tasks`), keeps its heartbeat while it runs, tells the study how it ended (failing and re-queueing it if
 its worker died), and asks its `StopPolicy` when to stop starting trials and why the run ended.
+
+The fold budget: before a trial starts, its k folds are claimed from the study's fold counter in the store
+(`ClaimedFolds`), and no trial starts unless k folds are left; when a trial is pruned or fails, the folds it
+did not train are given back. So the counter is the folds trained plus those of the trials in flight, on any
+number of drivers, and never exceeds the budget.
 """
 
 from __future__ import annotations
@@ -28,11 +33,18 @@ from tlsearch.execution import _cluster as cluster
 from tlsearch.execution import _fold_tasks as fold_tasks
 from tlsearch.execution._heartbeat import Heartbeat
 from tlsearch.execution._progress import ETA_WINDOW, Progress
-from tlsearch.execution._retries import fail_abandoned_trials, fail_and_retry, worker_deaths
+from tlsearch.execution._retries import (
+    fail_abandoned_trials,
+    fail_and_retry,
+    folds_used,
+    release_untrained_folds,
+    worker_deaths,
+)
 from tlsearch.execution._stop_policy import (  # noqa: F401 - also read from the old path `tlsearch.dispatcher`
     BUDGET_REACHED,
     CONSECUTIVE_FAILURES,
     EXIT_CODES,
+    FOLD_BUDGET_REACHED,
     GRID_EXHAUSTED,
     INTERRUPTED,
     NO_COMPLETE_TRIAL,
@@ -46,7 +58,7 @@ from tlsearch.execution._stop_policy import (  # noqa: F401 - also read from the
 )
 from tlsearch.execution._trial_task import TrialJob, TrialOutcome, pack_spec, sampler_seed
 from tlsearch.reading import _study_attrs as study_attrs
-from tlsearch.storage._slots import TrialSlots
+from tlsearch.storage._slots import ClaimedFolds, TrialSlots
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +67,17 @@ DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """When a run ends: `n_trials` complete or pruned trials in total (counting earlier ones), or `timeout`
-    seconds (either may be None, not both); `parallelism` trials in flight (default: the cluster's capacity);
-    `trial_timeout` seconds at most per trial (None: no limit)."""
+    """When a run ends: `n_trials` complete or pruned trials in total (counting earlier ones), `timeout` seconds,
+    or fewer than a trial's k folds left of `fold_budget` folds in total (a trial claims its k folds before it
+    starts and gives back those it did not train), whichever comes first (any may be None, not all);
+    `parallelism` trials in flight (default: the cluster's capacity); `trial_timeout` seconds at most per trial
+    (None: no limit)."""
 
     n_trials: int | None = None
     timeout: float | None = None
     parallelism: int | None = None
     trial_timeout: float | None = None
+    fold_budget: int | None = None
 
 
 class Dispatcher:
@@ -73,7 +88,7 @@ class Dispatcher:
         self.dataset_ref = dataset_ref
         attrs = study_attrs.read(study)
         self.dataset_hash, self.fold_plan_hash = attrs[study_attrs.DATASET_HASH], attrs[study_attrs.FOLD_PLAN]
-        self.n_trials, self.trial_timeout = budget.n_trials, budget.trial_timeout
+        self.n_trials, self.trial_timeout, self.fold_budget = budget.n_trials, budget.trial_timeout, budget.fold_budget
         self._started: dict[distributed.Future, float] = {}  # task -> when first seen on a worker (monotonic)
         self.parallelism = budget.parallelism or max(
             1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
@@ -81,9 +96,10 @@ class Dispatcher:
         self.running: dict[distributed.Future, tuple[int, int]] = {}  # task -> (trial_id, number)
         self.trials: dict[int, optuna.Trial] = {}  # trial_id -> the trial `ask` returned, to tell it
         self.split_trials: dict[int, fold_tasks.SplitTrial] = {}  # trial_id -> its tasks, if it runs as several
-        self._n_folds: int | None = None
+        self._n_folds = n_folds(stores, study)
         self.resources = cluster.trial_resources(client)
         self.slots = TrialSlots(compat.storage_of(study), compat.study_id(study))
+        self.folds = ClaimedFolds(compat.storage_of(study), compat.study_id(study))
         self._killers: dict[int, str] = {}  # trial_id -> the worker that died under it alone
         trials = study.get_trials(deepcopy=False)
         durations = [t.duration.total_seconds() for t in trials if t.state in DONE and t.duration is not None]
@@ -103,6 +119,7 @@ class Dispatcher:
             interrupts=interrupts,
             read_stop_flag=lambda: bool(study_attrs.read(study).get(study_attrs.STOP)),
             note=self.progress.note,
+            fold_budget=self.fold_budget,
         )
         self.heartbeat = Heartbeat(compat.storage_of(study), self._trial_ids_in_flight)
         # Results are fetched from the workers in the background as trials finish, not one by one here, on
@@ -153,14 +170,14 @@ class Dispatcher:
             if self.running:
                 self._abandon_running(self.policy.abandon_reason() or "the driver stopped")
             self.progress.close()
-        return self.policy.end(Counter(t.state for t in self.study.get_trials(deepcopy=False)))
+        return self.policy.end(Counter(t.state for t in self.study.get_trials(deepcopy=False)), self.folds.count())
 
     def _check_stale(self) -> float:
         """Fail the trials of dead drivers; seconds until the next check (the heartbeat interval)."""
         interval = compat.heartbeat_interval(compat.storage_of(self.study))
         if not interval:
             return math.inf
-        fail_abandoned_trials(self.study, self.spec)
+        fail_abandoned_trials(self.study, self.spec, self._n_folds)
         return interval
 
     def _running_elsewhere(self) -> bool:
@@ -184,23 +201,33 @@ class Dispatcher:
                 self._record(*item)
 
     def _fill(self) -> None:
-        """Submit trials until the slots are full or the budget's trial slots are all taken."""
+        """Submit trials until the slots are full, the budget's trial slots are all taken, or fewer than a
+        trial's folds are left in the fold budget."""
         if self.policy.stopping:
             return
         while len(self.running) < self.parallelism:
             if not self.slots.claim(self.n_trials or sys.maxsize, self._claimed):
                 return
+            claimed = self.folds.claim(self._n_folds, self.fold_budget or sys.maxsize, self._folds_used)
+            if claimed is None:
+                self.slots.release()
+                return
             try:
-                self._submit()
+                self._submit(claimed)
             except BaseException:
                 self.slots.release()
+                self.folds.release(self._n_folds)
                 raise
 
     def _claimed(self) -> int:
         """Trial slots in use when a study's counter starts: its finished and running trials."""
         return len(self.study.get_trials(deepcopy=False, states=(*DONE, TrialState.RUNNING)))
 
-    def _submit(self) -> None:
+    def _folds_used(self) -> int:
+        return folds_used(self.study, self._n_folds)
+
+    def _submit(self, folds_claimed: int) -> None:
+        """Start a trial, its folds claimed already (`folds_claimed`: the study's count with them)."""
         with warnings.catch_warnings():
             # Optuna suggests Study.optimize for heartbeats; here the driver beats for every trial in flight.
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
@@ -215,7 +242,7 @@ class Dispatcher:
             self.fold_plan_hash,
             sampler_seed(self.spec, self.study.study_name, trial.number),
         )
-        fixed, shares = self._fold_shares(job)
+        fixed, shares = self._fold_shares(job, folds_claimed)
         key = f"trial-{self.study.study_name}-{trial.number}-{trial_id}"
         tasks = [
             self.client.submit(
@@ -236,14 +263,16 @@ class Dispatcher:
             self.split_trials[trial_id] = fold_tasks.SplitTrial(fixed, tasks)
         self.heartbeat.beat(trial_id)
 
-    def _fold_shares(self, job: TrialJob) -> tuple[optuna.Trial | None, list[tuple[int, ...]]]:
+    def _fold_shares(self, job: TrialJob, folds_claimed: int) -> tuple[optuna.Trial | None, list[tuple[int, ...]]]:
         """The folds each task of a new trial trains: [()] (one task, all its folds), unless few trials are
-        left in the budget (`fold_tasks.n_tasks`); then also the trial with its params fixed."""
-        if self.parallelism < 2 or not self.n_trials:
+        left in the budget, of trials or folds (`fold_tasks.n_tasks`); then also the trial with its params fixed."""
+        if self.parallelism < 2 or not (self.n_trials or self.fold_budget):
             return None, [()]
-        if self._n_folds is None:
-            self._n_folds = HostCache().fold_plan(self.stores.dataset_store(), self.fold_plan_hash).n_splits
-        left = max(0, self.n_trials - self._claimed())  # this trial is RUNNING: counted
+        left = sys.maxsize
+        if self.n_trials:
+            left = max(0, self.n_trials - self._claimed())  # this trial is RUNNING: counted
+        if self.fold_budget:
+            left = min(left, (self.fold_budget - folds_claimed) // self._n_folds)
         n_tasks = fold_tasks.n_tasks(self.spec, self.parallelism, left, self._n_folds)
         fixed = fold_tasks.fix_params(self.study, self.spec, job.trial_id, job.seed) if n_tasks > 1 else None
         if fixed is None:
@@ -304,6 +333,10 @@ class Dispatcher:
         self.policy.trial_finished()
         # The trial object, not its number: telling by number looks its id up in the store (twice).
         self.study.tell(number if trial is None else trial, outcome.values, state=outcome.state, skip_if_finished=True)
+        if outcome.state == TrialState.PRUNED:
+            told = compat.storage_of(self.study).get_trial(trial_id)
+            if told.state == TrialState.PRUNED:  # not failed meanwhile as stale elsewhere, which gave them back
+                release_untrained_folds(self.study, told, self._n_folds)
         value = outcome.values[0] if outcome.values else None
         if outcome.state == TrialState.COMPLETE and self.progress.shows_best:
             self.progress.best = self._best()  # the line printed for this trial counts it
@@ -359,7 +392,9 @@ class Dispatcher:
             else:
                 error = {"error_type": "WorkerKilled", "error_message": f"its worker died under it: {cause}"}
         free = killer is None and error.get("error_type") == "WorkerLost"
-        retried = fail_and_retry(self.study, trial_id, error, retries, killed_worker=killer is not None, free=free)
+        retried = fail_and_retry(
+            self.study, trial_id, error, retries, n_folds=self._n_folds, killed_worker=killer is not None, free=free
+        )
         error_line = f"{error.get('error_type')}: {error.get('error_message')}"
         self.policy.trial_failed(error_line, for_good=retried is False)
 
@@ -372,7 +407,11 @@ class Dispatcher:
         self.running, self.split_trials, self.trials, self._started = {}, {}, {}, {}
         for left, (trial_id, number) in enumerate(trials, 1):
             fail_and_retry(
-                self.study, trial_id, {"error_type": "Interrupted", "error_message": reason}, self.spec.retries
+                self.study,
+                trial_id,
+                {"error_type": "Interrupted", "error_message": reason},
+                self.spec.retries,
+                n_folds=self._n_folds,
             )
             self.progress.running = len(trials) - left
             self.progress.finished(number, TrialState.FAIL, None, f"Interrupted: {reason}")
@@ -390,6 +429,12 @@ class Dispatcher:
         with contextlib.suppress(ValueError):
             return self.study.best_value
         return None
+
+
+def n_folds(stores, study: optuna.Study) -> int:
+    """The folds of each trial of `study`: its fold plan's."""
+    plan_hash = study_attrs.read(study)[study_attrs.FOLD_PLAN]
+    return HostCache().fold_plan(stores.dataset_store(), plan_hash).n_splits
 
 
 def _task_error(result):

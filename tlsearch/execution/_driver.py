@@ -26,11 +26,12 @@ from tlsearch.config import Settings
 from tlsearch.data import HostCache, ensure_dataset, fold_plan_for, push_data
 from tlsearch.errors import TLSearchError, main_guard_exit
 from tlsearch.execution import _cluster as cluster
-from tlsearch.execution._dispatcher import DONE, Budget, Dispatcher
+from tlsearch.execution._dispatcher import DONE, Budget, Dispatcher, n_folds
 from tlsearch.execution._guards import DriverLock, Interrupts
-from tlsearch.execution._retries import fail_abandoned_trials
-from tlsearch.execution._stop_policy import EXIT_CODES, NOTHING_TO_DO
+from tlsearch.execution._retries import fail_abandoned_trials, folds_used
+from tlsearch.execution._stop_policy import EXIT_CODES, FOLD_BUDGET_REACHED, NOTHING_TO_DO
 from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.storage._slots import ClaimedFolds
 from tlsearch.stores import _study_files as study_files
 from tlsearch.stores._stores import Stores, check_study_name
 
@@ -75,13 +76,15 @@ def run(
     timeout: float | None = None,
     parallelism: int | None = None,
     trial_timeout: float | None = None,
+    fold_budget: int | None = None,
     name: str | None = None,
     study_file: str | os.PathLike | None = None,
     progress: str = "auto",
     resume: bool = False,
 ) -> optuna.Study:
     """Run the study `spec` until `n_trials` trials are complete or pruned in total (counting those already in
-    the store), `timeout` seconds pass, or `tlsearch stop` asks it to; return the study. Call it under
+    the store), `timeout` seconds pass, `fold_budget` folds are spent, or `tlsearch stop` asks it to; return the
+    study. Call it under
     `if __name__ == "__main__":` in a script. `drive` takes the same arguments and also says why the run ended.
 
     Args:
@@ -104,6 +107,9 @@ def run(
             retries wait for the next resume); default: the study's.
         parallelism: Trials in flight at once; default: the cluster's capacity.
         trial_timeout: Seconds a trial may run before it fails and its worker restarts; default: the study's.
+        fold_budget: The folds to train in total, counting earlier runs' and every driver's: a trial starts only
+            if its k folds fit in what is left (trained folds plus those of running trials), and a pruned or
+            failed trial gives back the folds it did not train; default: the study's.
         name: The study's name in the store; default: `spec.name`.
         study_file: The file `spec` came from, recorded with the study so `tlsearch resume` finds it.
         progress: "auto" (a bar on a terminal, else log lines), "bar", "log" or "off".
@@ -129,6 +135,7 @@ def run(
         timeout=timeout,
         parallelism=parallelism,
         trial_timeout=trial_timeout,
+        fold_budget=fold_budget,
         name=name,
         study_file=study_file,
         progress=progress,
@@ -151,6 +158,7 @@ def drive(
     timeout: float | None = None,
     parallelism: int | None = None,
     trial_timeout: float | None = None,
+    fold_budget: int | None = None,
     name: str | None = None,
     study_file: str | os.PathLike | None = None,
     progress: str = "auto",
@@ -177,6 +185,7 @@ def drive(
         timeout=timeout if timeout is not None else spec.timeout,
         parallelism=parallelism,
         trial_timeout=trial_timeout if trial_timeout is not None else spec.trial_timeout,
+        fold_budget=fold_budget if fold_budget is not None else spec.fold_budget,
     )
     name = check_study_name(name or spec.name)
     _check_budget(budget, where.n_workers if where.is_local else None)
@@ -188,11 +197,25 @@ def drive(
         study, created = _open_study(spec, stores, name, resume)
         with _deleted_if_start_fails(study, created):
             dataset_ref = _bind_study(study, spec, stores, study_file)
-            fail_abandoned_trials(study, spec, all_running=driver_lock.alone)
+            k = n_folds(stores, study)
+            if budget.fold_budget is not None and budget.fold_budget < k:
+                raise TLSearchError(
+                    f"fold_budget (--fold-budget) {budget.fold_budget} is less than a trial's {k} folds"
+                )
+            fail_abandoned_trials(study, spec, k, all_running=driver_lock.alone)
             driver_lock.share()
             done = _count_done(study)
             if budget.n_trials is not None and done >= budget.n_trials:
                 return RunResult(study, NOTHING_TO_DO, f"{done}/{budget.n_trials} trials finished")
+            if budget.fold_budget is not None:
+                used = ClaimedFolds(compat.storage_of(study), compat.study_id(study)).count()
+                used = folds_used(study, k) if used is None else used
+                if used + k > budget.fold_budget:
+                    return RunResult(
+                        study,
+                        NOTHING_TO_DO,
+                        f"{FOLD_BUDGET_REACHED} ({used}/{budget.fold_budget} folds; a trial takes {k})",
+                    )
             with cluster.connect(where) as dask_client:
                 cluster.check_stores_reachable(dask_client, stores)
                 dispatcher = Dispatcher(study, spec, stores, dataset_ref, dask_client, budget, progress, interrupts)
@@ -211,8 +234,11 @@ def _with_settings(where: cluster.ClusterOptions, settings: Settings) -> cluster
 
 def _check_budget(budget: Budget, n_workers: int | None) -> None:
     """Refuse budgets and sizes that cannot run, before a study is created."""
-    if budget.n_trials is None and budget.timeout is None:
-        raise TLSearchError("give the study a budget: n_trials and/or timeout")
+    if budget.n_trials is None and budget.timeout is None and budget.fold_budget is None:
+        raise TLSearchError("give the study a budget: n_trials, fold_budget and/or timeout")
+    folds = budget.fold_budget
+    if folds is not None and not (isinstance(folds, int) and not isinstance(folds, bool) and folds >= 1):
+        raise TLSearchError(f"fold_budget (--fold-budget) must be a whole number of folds, at least 1, got {folds!r}")
     for option, value, low in (
         ("n_trials (--n-trials)", budget.n_trials, "at least 1"),
         ("parallelism (--parallelism)", budget.parallelism, "at least 1"),

@@ -22,6 +22,7 @@ STOP_GRACE = 15.0
 
 # Why a run ended, and the exit code `tlsearch run` / `resume` return for it (README: "Faults, stopping and resuming").
 BUDGET_REACHED = "budget reached"
+FOLD_BUDGET_REACHED = "fold budget reached"  # too few folds left for another trial
 NOTHING_TO_DO = "nothing to do"
 TIMEOUT_REACHED = "timeout reached"
 CONSECUTIVE_FAILURES = "too many trials failed in a row"
@@ -33,6 +34,7 @@ INTERRUPTED = "interrupted (Ctrl-C)"
 TERMINATED = "terminated (SIGTERM)"
 EXIT_CODES = {
     BUDGET_REACHED: 0,
+    FOLD_BUDGET_REACHED: 0,
     NOTHING_TO_DO: 0,
     TIMEOUT_REACHED: 0,
     CONSECUTIVE_FAILURES: 3,
@@ -50,7 +52,8 @@ class StopPolicy:
 
     `interrupts` counts the signals caught (`signum`: the first one's); `read_stop_flag` reads the study's
     `tlsearch stop` flag (called at most every STOP_CHECK_INTERVAL seconds); `note` shows a line to the person
-    running the study; `clock` gives monotonic seconds. `timeout` counts from `start`.
+    running the study; `clock` gives monotonic seconds. `timeout` counts from `start`. `fold_budget`: the folds
+    the study may claim, if it has such a budget (the dispatcher stops claiming; `end` says so).
     """
 
     def __init__(
@@ -63,8 +66,10 @@ class StopPolicy:
         read_stop_flag: Callable[[], bool],
         note: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
+        fold_budget: int | None = None,
     ) -> None:
         self.n_trials, self.timeout, self.interrupts = n_trials, timeout, interrupts
+        self.fold_budget = fold_budget
         self.max_failed_in_a_row = max(10, 2 * parallelism)
         self._read_stop_flag, self._note, self._clock = read_stop_flag, note, clock
         self.reason: str | None = None  # why the run stopped starting trials, once it has
@@ -138,13 +143,13 @@ class StopPolicy:
         """`n_trials` running trials were failed as Interrupted (their retries queued)."""
         self.end_detail = f"{n_trials} running trial(s) failed as Interrupted, retries queued"
 
-    def end(self, counts: Mapping[TrialState, int]) -> tuple[str, str]:
-        """Why the run ended and a line of detail, given the study's trials by state at the end."""
-        finished = (
-            f"{counts.get(TrialState.COMPLETE, 0) + counts.get(TrialState.PRUNED, 0)}"
-            + (f"/{self.n_trials}" if self.n_trials else "")
-            + " trials finished"
-        )
+    def end(self, counts: Mapping[TrialState, int], folds_used: int | None = None) -> tuple[str, str]:
+        """Why the run ended and a line of detail, given the study's trials by state and its folds claimed
+        (`folds_used`) at the end."""
+        n_finished = counts.get(TrialState.COMPLETE, 0) + counts.get(TrialState.PRUNED, 0)
+        finished = f"{n_finished}" + (f"/{self.n_trials}" if self.n_trials else "") + " trials finished"
+        if self.fold_budget is not None:
+            finished = f"{folds_used}/{self.fold_budget} folds; {finished}"
         detail = finished + (f"; {self.end_detail}" if self.end_detail else "")
         if self.interrupts.count and self.reason not in (INTERRUPTED, TERMINATED):
             # both signals came while the driver waited for results, before `check` saw the first
@@ -155,6 +160,9 @@ class StopPolicy:
             return NO_COMPLETE_TRIAL, f"{detail}, {counts.get(TrialState.FAIL, 0)} failed" + (
                 f"; last: {self.last_error}" if self.last_error else ""
             )
+        if self.reason is None and self.fold_budget is not None and not (self.n_trials and n_finished >= self.n_trials):
+            # nothing left to run and the trial budget not reached: the dispatcher was refused folds
+            return FOLD_BUDGET_REACHED, detail
         return self.reason or BUDGET_REACHED, detail
 
     def _stop_requested(self) -> bool:

@@ -13,12 +13,14 @@ import shutil
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tlsearch._compat import optuna as compat
 from tlsearch._files import write_file_with
 from tlsearch._text import csv_cell, printable
 from tlsearch.cv._pruners import describe as describe_prune_reason
 from tlsearch.errors import TLSearchError
 from tlsearch.reading import _study_attrs as study_attrs
 from tlsearch.reading._summary import summarize_trials
+from tlsearch.storage._slots import folds_claimed
 from tlsearch.stores._stores import Stores
 
 _SPLIT = re.compile(r"^split(\d+)_test_score$")
@@ -441,8 +443,8 @@ def best_summary(study: optuna.Study) -> str:
 
 
 def study_status(study: optuna.Study) -> dict:
-    """Counts by state, best value, dataset, started and last activity (local time with its offset) of one
-    study, read with no trial loaded on MongoDB."""
+    """Counts by state, folds used (trained, or claimed by running trials), best value, dataset, started and last
+    activity (local time with its offset) of one study, read with no trial loaded on MongoDB."""
     summary = summarize_trials(study)
     counts = summary.counts
     return {
@@ -453,6 +455,7 @@ def study_status(study: optuna.Study) -> dict:
         "failed": counts.get("FAIL", 0),
         "running": counts.get("RUNNING", 0),
         "waiting": counts.get("WAITING", 0),
+        "folds_used": folds_claimed(compat.storage_of(study), compat.study_id(study)),
         "best_value": summary.best_value,
         "best_trial": summary.best_number,
         "dataset": study_attrs.read(study).get(study_attrs.DATASET_REF),

@@ -85,6 +85,8 @@ class StudySpec:
     under a name made of its content, so that workers receive the name, not the data, and a resume with the same
     data finds the same dataset.
     n_trials is the total to reach, counting trials already in the study store; timeout is in seconds.
+    fold_budget is the folds to train in total, counting earlier runs' (see `tlsearch.run`): no trial starts
+    unless its k folds fit in what is left.
     trial_timeout (seconds) fails a trial that runs longer as TrialTimeout and restarts its worker.
     retries is how many times the dispatcher re-runs a trial lost to an infrastructure failure.
     fold_parallel="auto" runs a trial's folds as several tasks when workers would otherwise sit idle (fewer
@@ -108,6 +110,7 @@ class StudySpec:
     n_trials: int | None = None
     timeout: float | None = None
     trial_timeout: float | None = None
+    fold_budget: int | None = None
     seed: int = 0
     retries: int = 2
     return_train_score: bool = False
@@ -153,6 +156,11 @@ class StudySpec:
             self.n_trials is None or (is_int(self.n_trials) and self.n_trials >= 1),
             "StudySpec.n_trials",
             f"must be an int >= 1 or None, got {self.n_trials!r}",
+        )
+        require(
+            self.fold_budget is None or (is_int(self.fold_budget) and self.fold_budget >= 1),
+            "StudySpec.fold_budget",
+            f"must be an int >= 1 (folds to train in total) or None, got {self.fold_budget!r}",
         )
         require(
             self.timeout is None

@@ -33,6 +33,26 @@ class TrialSlotCounter(Protocol):
         ...
 
 
+@runtime_checkable
+class FoldCounter(Protocol):
+    """The count of a study's folds claimed (trained, or claimed by a running trial), kept in the store and
+    changed atomically, so any number of drivers keep to one fold budget together (see `tlsearch.storage._slots`)."""
+
+    def claim_folds(self, study_id: int, n: int, limit: int, used: Callable[[], int]) -> int | None:
+        """Claim `n` folds if no more than `limit` are then claimed (`used()` gives the count where none is kept
+        yet): the count after the claim, or None; `SlotCounterError` when the counter holds anything but a
+        count."""
+        ...
+
+    def release_folds(self, study_id: int, n: int) -> None:
+        """Give back `n` claimed folds (never below zero)."""
+        ...
+
+    def folds_claimed(self, study_id: int) -> int | None:
+        """The folds claimed now; None where none is kept yet."""
+        ...
+
+
 @dataclasses.dataclass(frozen=True)
 class TrialsSummary:
     """A study's trials summed up: counts by state name, the first start and the last start or finish, and,

@@ -17,7 +17,7 @@ from optuna.storages.journal import BaseJournalBackend, JournalFileSymlinkLock
 from tlsearch._compat import optuna as compat
 from tlsearch._compat.optuna import BaseJournalFileLock, JournalOperation
 from tlsearch.errors import JournalDamagedError
-from tlsearch.storage._slots import claim_in_file, release_in_file
+from tlsearch.storage._slots import claim_folds_in_file, claim_in_file, count_in_file, release_in_file
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +30,8 @@ except ImportError:  # Windows: Optuna's own lock alone
 class JournalStorage(optuna.storages.JournalStorage):
     """`optuna.storages.JournalStorage` plus tlsearch's extensions (`tlsearch.storage._extensions`): a batched
     write, `set_trial_user_attrs`, that appends several operations in one locked, synced write instead of one
-    each (a k-fold trial stores a dozen attributes, a few per fold), and trial slots in a counter file beside
-    the journal file."""
+    each (a k-fold trial stores a dozen attributes, a few per fold), and trial slots and claimed folds in counter
+    files beside the journal file."""
 
     def __init__(self, backend: CrashTolerantJournalFile) -> None:
         super().__init__(backend)
@@ -54,6 +54,18 @@ class JournalStorage(optuna.storages.JournalStorage):
     def _slot_counter_path(self, study_id: int) -> str:
         # A counter file under an exclusive flock beside the journal file (tlsearch.storage._slots).
         return f"{self.file_path}.slots-{study_id}"
+
+    def claim_folds(self, study_id: int, n: int, limit: int, used: Callable[[], int]) -> int | None:
+        return claim_folds_in_file(self._fold_counter_path(study_id), n, limit, used)
+
+    def release_folds(self, study_id: int, n: int) -> None:
+        release_in_file(self._fold_counter_path(study_id), n, "fold counter")
+
+    def folds_claimed(self, study_id: int) -> int | None:
+        return count_in_file(self._fold_counter_path(study_id))
+
+    def _fold_counter_path(self, study_id: int) -> str:
+        return f"{self.file_path}.folds-{study_id}"
 
     @staticmethod
     def _user_attr_logs(trial_id: int, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """The study half of `MongoStorage`: study documents (names, directions, attributes, parameter
-distributions, the trial-slot counter) and the per-process cache of each study (`_cache.StudyCache`).
+distributions, the trial-slot and fold counters) and the per-process cache of each study (`_cache.StudyCache`).
 
 Study ids come from a counter document; a study's name is unique by index. Trials are `MongoStorage`'s own.
 """
@@ -28,6 +28,7 @@ _logger = logging.getLogger(__name__)
 
 _STUDY_ID_COUNTER = "study_id"
 _SLOTS = "trial_slots"  # taken trial slots of a study with a budget (tlsearch drivers)
+_FOLDS = "folds_claimed"  # folds trained or claimed by running trials (tlsearch drivers)
 
 
 class MongoStudies(MongoConnection):
@@ -37,6 +38,7 @@ class MongoStudies(MongoConnection):
         super()._start(client)
         self._studies: dict[int, StudyCache] = {}
         self._slot_counters: set[int] = set()  # studies whose trial-slot counter this process knows exists
+        self._fold_counters: set[int] = set()  # studies whose fold counter this process knows exists
 
     # Studies
 
@@ -204,3 +206,52 @@ class MongoStudies(MongoConnection):
     def release_trial_slot(self, study_id: int) -> None:
         """Give back a slot taken by `claim_trial_slot` (its trial failed)."""
         self._retrying(lambda c: c.studies.update_one({"_id": study_id, _SLOTS: {"$gt": 0}}, {"$inc": {_SLOTS: -1}}))
+
+    # The fold budget of tlsearch's drivers: a counter of folds claimed on the study document
+
+    def claim_folds(self, study_id: int, n: int, limit: int, used: Callable[[], int]) -> int | None:
+        """Claim `n` folds if no more than `limit` are then claimed: the count after, or None. A study without a
+        counter starts at `used()`. A conditional `$inc` on one document: atomic (a reply lost and retried
+        claims twice: folds are wasted, never overrun)."""
+        if study_id not in self._fold_counters:
+            self._retrying(
+                lambda c: c.studies.update_one(
+                    {"_id": study_id, _FOLDS: {"$exists": False}}, {"$set": {_FOLDS: used()}}
+                )
+            )
+            self._fold_counters.add(study_id)
+        document = self._retrying(
+            lambda c: c.studies.find_one_and_update(
+                {"_id": study_id, _FOLDS: {"$gte": 0, "$lte": limit - n}},
+                {"$inc": {_FOLDS: n}},
+                projection={_FOLDS: 1},
+                return_document=ReturnDocument.AFTER,
+            )
+        )
+        if document is not None:
+            return int(document[_FOLDS])
+        self.folds_claimed(study_id)  # refuses a counter no driver wrote
+        return None
+
+    def release_folds(self, study_id: int, n: int) -> None:
+        """Give back `n` folds claimed by `claim_folds`, never going below zero."""
+        result = self._retrying(
+            lambda c: c.studies.update_one({"_id": study_id, _FOLDS: {"$gte": n}}, {"$inc": {_FOLDS: -n}})
+        )
+        if not result.matched_count:
+            self._retrying(
+                lambda c: c.studies.update_one({"_id": study_id, _FOLDS: {"$gt": 0, "$lt": n}}, {"$set": {_FOLDS: 0}})
+            )
+
+    def folds_claimed(self, study_id: int) -> int | None:
+        """The study's fold counter, None where there is none; `SlotCounterError` for a value no driver wrote."""
+        document = self._retrying(lambda c: c.studies.find_one({"_id": study_id}, {_FOLDS: 1})) or {}
+        if _FOLDS not in document:
+            return None
+        value = document[_FOLDS]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SlotCounterError(
+                f"the fold counter of study id {study_id} holds {value!r}, not a count of folds: not obeyed; "
+                f"remove the field {_FOLDS!r} from its document in the studies collection to start counting afresh"
+            )
+        return value
