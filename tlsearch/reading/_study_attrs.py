@@ -4,6 +4,7 @@ stopping and copying a study by name. Readers (`refit`, `results`, `report`, the
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import optuna
@@ -11,6 +12,7 @@ import optuna
 from tlsearch._compat import optuna as compat
 from tlsearch.data import HostCache
 from tlsearch.errors import TLSearchError
+from tlsearch.storage import _slots as slots
 from tlsearch.stores import _study_files as study_files
 from tlsearch.stores._stores import Stores
 
@@ -51,7 +53,8 @@ def request_stop(stores: Stores, name: str) -> None:
 
 def copy(source: Stores, target: Stores, name: str, to_name: str | None = None) -> optuna.Study:
     """Copy study `name` from `source` into `target` (e.g. a local study into MongoDB), with its dataset and
-    fold plan, so it can be resumed there (`optuna.copy_study` copies the trials and attributes)."""
+    fold plan and its count of folds used, so it can be resumed there (`optuna.copy_study` copies the trials and
+    attributes)."""
     to_name = to_name or name
     attrs = read(load(source, name))
     optuna.copy_study(
@@ -61,6 +64,9 @@ def copy(source: Stores, target: Stores, name: str, to_name: str | None = None) 
         to_study_name=to_name,
     )
     copied = load(target, to_name)
+    used = slots.folds_claimed(source.study_storage(), compat.study_id(load(source, name)))
+    if used is not None:  # the fold budget's count, which optuna.copy_study does not know of
+        slots.ClaimedFolds(target.study_storage(), compat.study_id(copied)).claim(0, sys.maxsize, lambda: used)
     study_files.copy_record(source, target, name, to_name)
     if DATASET_REF in attrs:
         dataset = HostCache().open(source.dataset_store(), attrs[DATASET_REF])
