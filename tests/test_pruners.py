@@ -106,6 +106,12 @@ def test_trials_with_the_same_fold_scores_count_once():
     assert decision.reference_trial == 0 and decision.n_contenders == 3 and decision.noise > 0
 
 
+def test_no_noise_measured_prunes_nothing():
+    # trials that differ by the same amount on every fold: no trial x fold spread to measure the noise with
+    shifted = [(0.9 + FOLD_DIFFICULTY + shift).tolist() for shift in (0.0, 0.01, 0.02, 0.03, 0.04)]
+    assert decide(study_with_complete_trials(shifted), [0.1]) is None
+
+
 def test_waits_for_startup_trials_warmup_folds_and_keeps_a_floor_of_complete_trials():
     three = noisy_equals(n_trials=3)
     assert decide(study_with_complete_trials(three), [0.1]) is None  # 3 complete < n_startup_trials=4

@@ -257,7 +257,7 @@ class KFoldPruner(optuna.pruners.BasePruner):
         contenders = np.array([complete[number] for number in ranked[: max(3, len(ranked) // 2)]])
         n_folds, done = contenders.shape[1], len(scores)
         noise = _residual_spread(contenders)
-        if noise == 0:  # nothing measured the noise: any difference would look real
+        if noise <= 1e-9 * (1 + np.abs(contenders).max()):  # no noise measured: any difference would look real
             return None
         fold_means = contenders.mean(axis=0)
         estimate = float(np.mean(scores - fold_means[:done]) + fold_means.mean())
