@@ -127,7 +127,7 @@ def test_multi_objective_names_results_by_metric(digits, tmp_path):
 
 
 def choose_model(params):
-    return DummyClassifier() if params["model"] == "dummy" else LogisticRegression(C=0.1, max_iter=3000)
+    return DummyClassifier() if params["model"] == "dummy" else LogisticRegression(C=params["model"], max_iter=3000)
 
 
 @pytest.mark.slow
@@ -136,12 +136,12 @@ def test_hopeless_trial_is_pruned_after_its_first_fold(tmp_path):
         name="prune",
         dataset="sklearn:digits",
         model=SklearnModel(choose_model),
-        space=lambda t: {"model": t.suggest_categorical("model", ["good", "dummy"])},
+        space=lambda t: {"model": t.suggest_categorical("model", [0.03, 0.1, 0.3, "dummy"])},
         pruner=KFoldPruner(n_startup_trials=3),
         cv=4,
     )
     stored = StoredStudy(spec, tmp_path)
-    for model in ("good", "good", "good", "dummy"):
+    for model in (0.03, 0.1, 0.3, "dummy"):  # three good models: copies of one would measure no noise
         stored.study.enqueue_trial({"model": model})
     good = [stored.trial() for _ in range(3)]
     assert all(trial.state == TrialState.COMPLETE for trial in good)

@@ -84,8 +84,32 @@ def test_decision_says_why():
     assert reason["fold"] == 1 and reason["n_folds"] == 5
     assert reason["gap"] > reason["tolerance"] > 0 and reason["noise"] > 0
     assert reason["gap"] == pytest.approx(reason["reference_score"] - reason["score"], abs=1e-5)
-    assert describe(reason).startswith("pruned after fold 1 of 5: ")
-    assert f"trial {reason['reference_trial']}" in describe(reason)
+    assert reason["scores"] == [0.8, 0.85] and reason["n_contenders"] == 6
+    assert reason["score"] == pytest.approx(
+        np.mean(np.subtract(reason["scores"], reason["fold_means"][:2])) + np.mean(reason["fold_means"]), abs=1e-5
+    )
+    line = describe(reason)
+    assert line.startswith(f"pruned after folds 0–1 of 5: 0.800, 0.850 vs trial #{reason['reference_trial']}'s ")
+    assert ", ".join(f"{s:.3f}" for s in reason["reference_scores"]) + " on the same folds" in line
+    # a reason stored before the scores were recorded still reads
+    old = {key: reason[key] for key in ("fold", "n_folds", "score", "reference_trial", "reference_score")}
+    old |= {key: reason[key] for key in ("gap", "tolerance", "noise")}
+    assert describe(old).startswith("pruned after fold 1 of 5: estimated CV score 0.842 is 0.066 below trial #")
+
+
+def test_trials_with_the_same_fold_scores_count_once():
+    # many parameters, one model (an iris LogisticRegression's C): identical fold scores measure no noise
+    same = [[1.0, 1.0, 0.967, 0.967, 0.967]] * 10
+    assert decide(study_with_complete_trials(same), [1.0, 0.967]) is None
+    assert decide(study_with_complete_trials(same + noisy_equals(n_trials=2)), [0.1]) is None  # 3 distinct < 4
+    decision = decide(study_with_complete_trials(same + noisy_equals(n_trials=3)), [0.5])
+    assert decision.reference_trial == 0 and decision.n_contenders == 3 and decision.noise > 0
+
+
+def test_no_noise_measured_prunes_nothing():
+    # trials that differ by the same amount on every fold: no trial x fold spread to measure the noise with
+    shifted = [(0.9 + FOLD_DIFFICULTY + shift).tolist() for shift in (0.0, 0.01, 0.02, 0.03, 0.04)]
+    assert decide(study_with_complete_trials(shifted), [0.1]) is None
 
 
 def test_waits_for_startup_trials_warmup_folds_and_keeps_a_floor_of_complete_trials():
@@ -140,12 +164,20 @@ def test_pruned_trials_of_a_run_record_why(tmp_path):
     study = driver.run(load_study_file(path), stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
     pruned = study.get_trials(states=(TrialState.PRUNED,))
     assert pruned, "no trial was pruned"
-    complete = {trial.number for trial in study.get_trials(states=(TrialState.COMPLETE,))}
+    complete = {trial.number: trial for trial in study.get_trials(states=(TrialState.COMPLETE,))}
     for trial in pruned:
         reason = trial.user_attrs["prune_reason"]
         assert reason["fold"] == trial.last_step == trial.user_attrs["n_folds_run"] - 1
         assert reason["n_folds"] == 4 and reason["reference_trial"] in complete
         assert reason["gap"] > reason["tolerance"]
+        # the scores it names are the stored ones, of this trial and of the reference trial on the same folds
+        reference = complete[reason["reference_trial"]]
+        folds = range(reason["fold"] + 1)
+        assert reason["scores"] == pytest.approx([trial.user_attrs[f"split{k}_test_score"] for k in folds], abs=1e-6)
+        stored = [reference.user_attrs[f"split{k}_test_score"] for k in folds]
+        assert reason["reference_scores"] == pytest.approx(stored, abs=1e-6)
+        line = describe(reason)
+        assert f"vs trial #{reference.number}'s {', '.join(f'{s:.3f}' for s in stored)} on the same folds" in line
     # ...and people see it: `tlsearch trials` has a prune_reason column, the report a pruned-trials table.
     from tlsearch import cli
     from tlsearch.reading._report import write_report
@@ -160,7 +192,61 @@ def test_pruned_trials_of_a_run_record_why(tmp_path):
 
     table = pd.read_csv(tmp_path / "t.csv")
     shown = table.set_index("number")["prune_reason"]
-    assert all(shown[t.number].startswith(f"pruned after fold {t.last_step} of 4") for t in pruned)
+    assert all(shown[t.number] == describe(t.user_attrs["prune_reason"]) for t in pruned)
+    assert all(shown[t.number].startswith(("pruned after fold 0 of 4: ", "pruned after folds 0–")) for t in pruned)
     assert shown.drop([t.number for t in pruned]).isna().all()
     page = write_report(study, tmp_path / "report.html").read_text()
     assert "Why it was pruned" in page and f"#{pruned[0].number}" in page
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_run_says_what_pruning_saved(tmp_path, capsys):
+    from tlsearch import cli
+
+    path = tmp_path / "study.py"
+    path.write_text(STUDY_FILE)
+    home = tmp_path / "home"
+    assert cli.main(["run", str(path), "--home", str(home), "--workers", "1", "--progress", "off", "--no-report"]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pruning stopped")]
+
+    from tlsearch.reading._study_attrs import load
+
+    trials = load(Stores(home=home), "pruned").get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    not_trained = sum(t.user_attrs["n_splits"] - t.user_attrs["n_folds_run"] for t in pruned)
+    n_folds = sum(t.user_attrs["n_splits"] for t in trials)
+    assert pruned and line.startswith(
+        f"pruning stopped {len(pruned)} of {len(trials)} trials early: {not_trained} of {n_folds} folds not trained "
+        f"({not_trained / n_folds:.0%}, about "
+    )
+
+
+# An iris-like study where most parameters give the same model (as C does for an iris LogisticRegression):
+# fold scores on 30 validation rows, one row apart. x = 1 is one row behind the others on fold 1 only.
+TIES_FILE = """
+import optuna
+import tlsearch
+
+SCORES = {0: [29, 29, 29, 29, 28], 1: [30, 29, 29, 29, 29]}
+
+def fit(params, fold, report):
+    return SCORES.get(params["x"], [30, 30, 29, 29, 29])[fold.index] / 30
+
+study = tlsearch.StudySpec(
+    name="ties", dataset="sklearn:iris", space=lambda trial: {"x": trial.suggest_int("x", 0, 9)},
+    model=tlsearch.CustomLoop(fit), cv=5, n_trials=30, sampler=optuna.samplers.RandomSampler(seed=1))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_trials_with_the_same_fold_scores_do_not_make_the_noise_zero(tmp_path):
+    path = tmp_path / "ties.py"
+    path.write_text(TIES_FILE)
+    study = driver.run(load_study_file(path), stores=Stores(home=tmp_path / "home"), n_workers=1, progress="off")
+    trials = study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    assert len(trials) == 30 and {t.params["x"] for t in trials} >= {0, 1, 2}
+    # three distinct sets of fold scores, fewer than n_startup_trials=4: nothing is pruned (counted once per
+    # trial, the many ties measured a noise of zero and pruned x = 1 after folds 0-1, its mean 0.983 above 0.98)
+    assert all(t.state == TrialState.COMPLETE for t in trials)

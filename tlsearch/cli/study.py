@@ -156,6 +156,9 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
         log.info("nothing to do: %s", result.detail)
         return result.exit_code
     echo(trials_table.best_summary(result.study))
+    saved = _pruning_summary(result.study)
+    if saved:
+        echo(saved)
     if not args.no_report:
         from tlsearch.reading._report import write_report
 
@@ -164,6 +167,37 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
         echo(f"report: {write_report(result.study, path)}")
     (log.info if result.exit_code == 0 else log.warning)("%s", result.summary())
     return result.exit_code
+
+
+def _pruning_summary(study) -> str | None:
+    """What pruning saved, from the study's stored trials (every run of it): how many of the complete and pruned
+    trials were pruned, the folds they did not train (`n_splits - n_folds_run`; a fold stopped inside, on
+    epochs, counts as not trained) of all those trials' folds, and that many folds' mean stored fit time.
+    None when no trial was pruned; trials without `n_splits` and `n_folds_run` are left out."""
+    from optuna.trial import TrialState
+
+    from tlsearch.reading._trials_table import number_attr
+
+    n_trials = n_pruned = n_folds = not_trained = 0
+    fit_times = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        n_splits, n_run = number_attr(trial, "n_splits", count=True), number_attr(trial, "n_folds_run", count=True)
+        if n_splits is None or n_run is None:
+            continue
+        n_trials, n_folds = n_trials + 1, n_folds + n_splits
+        if trial.state == TrialState.PRUNED:
+            n_pruned, not_trained = n_pruned + 1, not_trained + n_splits - n_run
+        fit_times += [t for k in range(n_run) if (t := number_attr(trial, f"split{k}_fit_time")) is not None]
+    if not n_pruned:
+        return None
+    line = (
+        f"pruning stopped {n_pruned} of {n_trials} trials early: {not_trained} of {n_folds} folds not trained "
+        f"({not_trained / n_folds:.0%}"
+    )
+    if fit_times:
+        fold_s = sum(fit_times) / len(fit_times)
+        line += f", about {not_trained * fold_s:.3g} s of fitting at {fold_s:.2g} s a fold"
+    return line + ")"
 
 
 def _stop(args) -> int:

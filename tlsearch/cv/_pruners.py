@@ -20,7 +20,12 @@ class PruneDecision:
     """Why a trial was pruned after fold `fold` (0-based) of `n_folds`, in the study's own score units:
     its estimated CV score (`score`) was `gap` worse than the shrunk estimate of the best complete trial
     (`reference_trial`, `reference_score`), more than the `tolerance` the noise (`noise`: one fold's
-    run-to-run and fold-to-fold spread) allows."""
+    run-to-run and fold-to-fold spread) allows.
+
+    What a user can check against the stored trials (None in reasons stored before they were recorded): the
+    trial's fold scores 0..`fold` (`scores`), the reference trial's on the same folds (`reference_scores`), and
+    the mean of each of the `n_folds` folds over the `n_contenders` contenders (`fold_means`); `score` is
+    mean(scores - fold_means[:fold + 1]) + mean(fold_means)."""
 
     fold: int
     n_folds: int
@@ -30,17 +35,53 @@ class PruneDecision:
     gap: float
     tolerance: float
     noise: float
+    scores: list[float] | None = None
+    reference_scores: list[float] | None = None
+    fold_means: list[float] | None = None
+    n_contenders: int | None = None
 
     def as_attr(self) -> dict:
         """The decision as a plain dict, as stored in the trial's `prune_reason` user attribute."""
-        return {key: round(value, 6) if isinstance(value, float) else value for key, value in asdict(self).items()}
+        return {key: _rounded(value) for key, value in asdict(self).items()}
 
     def __str__(self) -> str:
-        return (
-            f"pruned after fold {self.fold} of {self.n_folds}: estimated score {self.score:.6g} is "
-            f"{self.gap:.3g} worse than trial {self.reference_trial}'s shrunk {self.reference_score:.6g}, "
-            f"tolerance {self.tolerance:.3g}"
+        worse = "below" if self.score < self.reference_score else "above"
+        rule = (
+            f"estimated CV score {_n(self.score)} is {self.gap:.2g} {worse} trial #{self.reference_trial}'s "
+            f"{_n(self.reference_score)} (shrunk CV mean), more than the tolerance "
+            f"{self.tolerance:.2g} (noise {self.noise:.2g} a fold)"
         )
+        if self.scores is None or self.reference_scores is None or self.fold_means is None:
+            return f"pruned after fold {self.fold} of {self.n_folds}: {rule}"
+        done = len(self.scores)
+        folds, means = f"fold {self.fold}", ""
+        if done > 1:
+            folds = f"folds 0–{self.fold}"
+            means = f" (mean {_n(sum(self.scores) / done)} vs {_n(sum(self.reference_scores) / done)})"
+        overall = sum(self.fold_means) / len(self.fold_means)
+        return (
+            f"pruned after {folds} of {self.n_folds}: {_ns(self.scores)} vs trial #{self.reference_trial}'s "
+            f"{_ns(self.reference_scores)} on the same folds{means}; the {self.n_contenders} best distinct "
+            f"complete trials average {_ns(self.fold_means[:done])} there and {_n(overall)} on all "
+            f"{self.n_folds} folds, so its {rule}"
+        )
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, list):
+        return [_rounded(item) for item in value]
+    return value
+
+
+def _n(value: float) -> str:
+    """A score as people read it: 3 decimals for scores like accuracies and losses, else 4 significant digits."""
+    return f"{value:.3f}" if 0.1 <= abs(value) < 1000 else f"{value:.4g}"
+
+
+def _ns(values: list[float]) -> str:
+    return ", ".join(_n(value) for value in values)
 
 
 @dataclass(frozen=True)
@@ -144,7 +185,8 @@ class KFoldPruner(optuna.pruners.BasePruner):
 
     The model: fold score = trial's true score + fold difficulty + noise of spread sigma (fold-to-fold
     differences between trials and run-to-run noise of training alike). From the "contenders" (the better
-    half of the complete trials, at least 3):
+    half of the complete trials with distinct fold scores, at least 3; of trials with the same fold scores,
+    only the lowest-numbered counts):
     - fold difficulty is each fold's mean over the contenders, so an easy first fold is easy for everyone;
     - sigma is the pooled residual spread of their fold scores once trial and fold effects are removed;
     - the reference is the best complete trial's CV mean shrunk towards the median of all complete trials
@@ -154,8 +196,9 @@ class KFoldPruner(optuna.pruners.BasePruner):
     variance sigma²/n. It is pruned when its gap to the reference exceeds `margin_sigmas` standard deviations
     of the difference (both estimates' uncertainty) plus `min_margin`.
 
-    Limits: nothing is pruned before `n_startup_trials` trials are complete or before `n_warmup_folds` folds
-    have run, nor while fewer than `min_complete_fraction` of the finished trials are complete (a floor of
+    Limits: nothing is pruned before `n_startup_trials` complete trials have distinct fold scores or before
+    `n_warmup_folds` folds have run, nor while the contenders show no noise (sigma 0: every difference would
+    look real), nor while fewer than `min_complete_fraction` of the finished trials are complete (a floor of
     fully evaluated trials, so the sampler keeps learning what a whole CV says).
 
     `epochs`: an `EpochPruning` schedule to also stop Keras trials inside their early folds, on the epoch
@@ -205,13 +248,17 @@ class KFoldPruner(optuna.pruners.BasePruner):
         scores = fold_scores(trial.intermediate_values, step)
         finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
         complete = _complete_fold_scores(finished, more_than=step + 1)
-        if scores is None or len(complete) < self.n_startup_trials or not self._floor_kept(finished):
+        distinct = _distinct(complete)
+        if scores is None or len(distinct) < self.n_startup_trials or not self._floor_kept(finished):
             return None
         sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
         numbers = sorted(complete, key=lambda number: -sign * complete[number].mean())
-        contenders = np.array([complete[number] for number in numbers[: max(3, len(numbers) // 2)]])
+        ranked = [number for number in numbers if number in distinct]
+        contenders = np.array([complete[number] for number in ranked[: max(3, len(ranked) // 2)]])
         n_folds, done = contenders.shape[1], len(scores)
         noise = _residual_spread(contenders)
+        if noise <= 1e-9 * (1 + np.abs(contenders).max()):  # no noise measured: any difference would look real
+            return None
         fold_means = contenders.mean(axis=0)
         estimate = float(np.mean(scores - fold_means[:done]) + fold_means.mean())
         means = np.array([complete[number].mean() for number in numbers])
@@ -230,6 +277,10 @@ class KFoldPruner(optuna.pruners.BasePruner):
             gap=gap,
             tolerance=tolerance,
             noise=noise,
+            scores=scores.tolist(),
+            reference_scores=complete[numbers[0]][:done].tolist(),
+            fold_means=fold_means.tolist(),
+            n_contenders=len(contenders),
         )
 
     def decide_epoch(
@@ -323,6 +374,16 @@ def _complete_fold_scores(trials: list[FrozenTrial], more_than: int) -> dict[int
             found[trial.number] = scores
     n_folds = max((len(scores) for scores in found.values()), default=0)
     return {number: scores for number, scores in found.items() if len(scores) == n_folds}
+
+
+def _distinct(complete: dict[int, np.ndarray]) -> set[int]:
+    """The lowest-numbered of each group of trials with the same fold scores. Different parameters that give
+    the same model (an iris study's many C values of one LogisticRegression) say nothing about the noise, and
+    counted apart they make it look like zero."""
+    first = {}
+    for number in sorted(complete):
+        first.setdefault(tuple(np.round(complete[number], 9)), number)
+    return set(first.values())
 
 
 def _residual_spread(scores: np.ndarray) -> float:
