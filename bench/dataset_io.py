@@ -247,11 +247,12 @@ with open_dataset_store(sys.argv[1] or None, database=os.environ["TLSEARCH_DATAB
 """
 
 
-def _peak_rss(command: list[str], env: dict) -> int:
-    """Run `command` to completion under /usr/bin/time; its peak resident set in bytes. (Not os.wait4 here: a
-    child's ru_maxrss starts at this process's RSS when it forks.)"""
+def _peak_rss(command: list[str], env: dict) -> tuple[int, float]:
+    """Run `command` to completion under /usr/bin/time: its peak resident set in bytes, and its seconds. (Not
+    os.wait4 here: a child's ru_maxrss starts at this process's RSS when it forks.)"""
     import subprocess
 
+    started = time.perf_counter()
     with tempfile.NamedTemporaryFile("r") as report:
         subprocess.run(
             ["/usr/bin/time", "-f", "%M", "-o", report.name, *command],
@@ -260,7 +261,7 @@ def _peak_rss(command: list[str], env: dict) -> int:
             stderr=subprocess.DEVNULL,
             check=True,
         )
-        return int(report.read().split()[-1]) * 1024
+        return int(report.read().split()[-1]) * 1024, time.perf_counter() - started
 
 
 def _write_table(path: Path, mib: float) -> tuple[int, int]:
@@ -289,7 +290,7 @@ def _copies(folders: list[Path], dataset_bytes: int) -> float:
 
 
 def push_figures(mib: float, mongo: str | None) -> int:
-    from tlsearch.data._npy import PIECE_BYTES
+    from tlsearch.data._chunks import CHUNK_BYTES
     from tlsearch.testing import TestMongoServer
 
     work = Path(tempfile.mkdtemp(prefix="tlsearch-push-bench-"))
@@ -297,7 +298,7 @@ def push_figures(mib: float, mongo: str | None) -> int:
     try:
         n_rows, file_bytes = _write_table(work / "big.npy", mib)
         _write_table(work / "tiny.npy", 0.01)
-        labels_bytes = n_rows * 8  # y as int64: what the push holds in memory beside one chunk
+        labels_bytes = n_rows * (4 + 8)  # y as read (float32) and as stored (int64): held beside the chunk
         tlsearch = [str(Path(sys.executable).with_name("tlsearch"))]
         if not Path(tlsearch[0]).exists():
             tlsearch = [sys.executable, "-m", "tlsearch"]
@@ -306,12 +307,12 @@ def push_figures(mib: float, mongo: str | None) -> int:
             mongo = server.start()
         print(
             f"file: {n_rows} rows × {N_FEATURES + 1} float32 columns = {file_bytes / 2**20:.1f} MiB; "
-            f"push chunk {PIECE_BYTES / 2**20:.0f} MiB; labels in memory {labels_bytes / 2**20:.1f} MiB",
+            f"push chunk {CHUNK_BYTES / 2**20:.0f} MiB; labels in memory {labels_bytes / 2**20:.1f} MiB",
             flush=True,
         )
         print(
             f"{'store':8}{'push peak RSS':>16}{'tiny push':>12}{'above tiny':>12}{'target':>10}"
-            f"{'cache fill peak':>18}{'copies on disk':>16}"
+            f"{'push time':>11}{'cache fill peak':>18}{'copies on disk':>16}"
         )
         for kind, uri in (("local", None), ("mongo", mongo)):
             home, cache = work / f"home-{kind}", work / f"cache-{kind}"
@@ -323,7 +324,7 @@ def push_figures(mib: float, mongo: str | None) -> int:
             }
             env.pop("TLSEARCH_MONGO_URI", None)
             where = ["--mongo", uri] if uri else []
-            tiny = _peak_rss(
+            tiny, _ = _peak_rss(
                 [
                     *tlsearch,
                     "dataset",
@@ -337,18 +338,18 @@ def push_figures(mib: float, mongo: str | None) -> int:
                 ],
                 env,
             )
-            push = _peak_rss(
+            push, seconds = _peak_rss(
                 [*tlsearch, "dataset", "push", "big", str(work / "big.npy"), "-q", "--task", "classification", *where],
                 env,
             )
-            stored = n_rows * N_FEATURES * 4 + labels_bytes
+            stored = n_rows * N_FEATURES * 4 + n_rows * 8
             after_push = _copies([home], stored)
-            fill = _peak_rss([sys.executable, "-c", _FILL, uri or "", str(home), str(cache)], env)
+            fill, _ = _peak_rss([sys.executable, "-c", _FILL, uri or "", str(home), str(cache)], env)
             copies = _copies([home, cache], stored)
-            above, target = push - tiny, 1.2 * PIECE_BYTES + labels_bytes
+            above, target = push - tiny, 1.2 * CHUNK_BYTES + labels_bytes
             print(
                 f"{kind:8}{push / 2**20:>12,.0f} MiB{tiny / 2**20:>8,.0f} MiB{above / 2**20:>8,.0f} MiB"
-                f"{target / 2**20:>6,.0f} MiB{fill / 2**20:>14,.0f} MiB"
+                f"{target / 2**20:>6,.0f} MiB{seconds:>9.1f} s{fill / 2**20:>14,.0f} MiB"
                 f"{f'{after_push:.2f} + {copies - after_push:.2f}':>16}"
                 f"   {'met' if above <= target else 'NOT met'}",
                 flush=True,
