@@ -73,6 +73,7 @@ class MongoDatasetStore(DatasetStore):
             self._uri, self._client, self._owns_client = None, uri_or_client, False
         self.database = database_name(uri_or_client, database)
         self.chunk_bytes = int(chunk_bytes)
+        self.block_bytes = self.chunk_bytes  # a push hashes and uploads one GridFS chunk of rows at a time
         self._indexes_ready = False
 
     def __getstate__(self) -> dict:
@@ -203,7 +204,7 @@ class MongoDatasetStore(DatasetStore):
                 files = {}
                 for array_name, array in arrays.items():
                     files[array_name] = self._upload(
-                        iter_npy(array, self.chunk_bytes),  # pieces of one GridFS chunk: no bigger copies
+                        iter_npy(array, self.block_bytes),
                         f"{content_hash}/{array_name}.npy",
                         {"kind": "array", "dataset_hash": content_hash, "array": array_name, "upload": owner},
                         progress,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tlsearch.data import _chunks
+from tlsearch.data._chunks import row_blocks
 
 _DOMAIN = b"tlsearch-dataset-v1\n"
 
@@ -70,16 +70,14 @@ class ContentHasher:
         return self._sha.hexdigest()
 
 
-def hash_arrays(arrays: Mapping[str, np.ndarray]) -> str:
-    """The content hash of a dataset given as arrays (in memory or memory-mapped, any memory order), read a
-    block of rows at a time."""
+def hash_arrays(arrays: Mapping[str, np.ndarray], block_bytes: int | None = None) -> str:
+    """The content hash of a dataset given as arrays (in memory or memory-mapped, any memory order), read
+    `block_bytes` of rows at a time (default: a push chunk, see `row_blocks`)."""
     hasher = ContentHasher()
     for name in sorted(arrays):
         array = arrays[name]
         hasher.begin(name, array.dtype, array.shape)
-        # A quarter of a push chunk at a time: hashing gains nothing from big blocks, and a push that uploads
-        # to GridFS (in pieces of its own) then never holds a whole chunk.
-        for block in _chunks.row_blocks(array, _chunks.CHUNK_BYTES // 4):
+        for block in row_blocks(array, block_bytes):
             hasher.update(array_bytes(block))
     return hasher.hexdigest()
 

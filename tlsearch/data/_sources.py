@@ -383,7 +383,7 @@ def _columns(table: np.ndarray, columns: list[int]) -> np.ndarray:
         return table[:, columns[0] : columns[-1] + 1 : columns[1] - columns[0]]
     copy = np.empty((len(table), len(columns)), dtype=table.dtype)
     start = 0
-    for block in row_blocks(table):
+    for block in row_blocks(table, 1 << 20):  # the whole rows of a block are mapped while it is read
         copy[start : start + len(block)] = block[:, columns]
         start += len(block)
     return copy

@@ -47,6 +47,9 @@ class DatasetStore(abc.ABC):
     and optionally "groups" and "sample_weight"; they travel as .npy without pickle.
     """
 
+    block_bytes: int | None = None
+    """Bytes of rows a push hashes and writes at a time (None: a push chunk, `row_blocks`' default)."""
+
     def __init__(self) -> None:
         self.stats = TransferStats()
 
@@ -79,7 +82,7 @@ class DatasetStore(abc.ABC):
         prepared = prepare_arrays(
             arrays, allow_missing=bool(document.get("allow_missing")), feature_names=document.get("feature_names")
         )
-        content_hash = hash_arrays(prepared)
+        content_hash = hash_arrays(prepared, self.block_bytes)
         if name is None:
             name = content_name(content_hash, document)
         return self._push(name, prepared, content_hash, document, new_version, progress)

@@ -186,8 +186,8 @@ def _check_features(X: np.ndarray, allow_missing: bool, feature_names: Sequence[
     # then stay well under one chunk, mapped file or not.
     for block in _chunks.row_blocks(X, _chunks.CHUNK_BYTES // 16):
         rows = block.reshape(len(block), -1)
-        nan += np.isnan(rows).sum(axis=0)
-        inf += np.isinf(rows).sum(axis=0)
+        nan += np.count_nonzero(np.isnan(rows), axis=0)  # not .sum(axis=0): no int64 copy of the mask
+        inf += np.count_nonzero(np.isinf(rows), axis=0)
     if inf.any():
         raise DatasetValidationError(
             f"infinite feature values: {_counts(inf, X, feature_names)}; replace them (e.g. with np.nan_to_num "
