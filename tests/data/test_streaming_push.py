@@ -16,6 +16,7 @@ from tlsearch.data._store import DatasetStore
 # What the push before streaming gave for `_table()` (features: all but the last column; --task classification).
 HASH_ALL_BUT_LAST = "f0d16c1eec4250fa013273704a3ab34d724c9b32bba44cc168fece6753e25846"
 HASH_COLUMNS_0_2_5 = "ee2e5484e95bb871002103107b369489e4a709a9e1218ccf53ce3ad39767ef8c"
+HASH_COLUMNS_1_3_5_7 = "a48959d8c73e956f4041efc785c8cab86bb90014a49f5e1d28b2ca42bf615812"
 CHUNK = 64 << 10  # the 2 MB table below is 32 chunks
 
 
@@ -42,7 +43,11 @@ def _options(where: dict) -> list[str]:
 
 @pytest.mark.parametrize(
     "features, expected_hash, columns",
-    [(None, HASH_ALL_BUT_LAST, slice(0, 256)), ("0,2,5", HASH_COLUMNS_0_2_5, [0, 2, 5])],
+    [
+        (None, HASH_ALL_BUT_LAST, slice(0, 256)),
+        ("1,3,5,7", HASH_COLUMNS_1_3_5_7, slice(1, 8, 2)),  # evenly spaced: a strided view of the mapping
+        ("0,2,5", HASH_COLUMNS_0_2_5, [0, 2, 5]),  # not: copied into memory
+    ],
 )
 def test_a_pushed_npy_table_is_streamed_and_round_trips_byte_identical(
     where, tmp_path, monkeypatch, capsys, features, expected_hash, columns
@@ -66,9 +71,11 @@ def test_a_pushed_npy_table_is_streamed_and_round_trips_byte_identical(
     finally:
         tracemalloc.stop()
     assert code == 0 and f"sha256 {expected_hash[:12]}" in capsys.readouterr().out
-    if features is None:  # the features are a view of the mapped file, never a copy of it
+    if features != "0,2,5":  # the features are a view of the mapped file, never a copy of it
         assert isinstance(pushed["X"], np.memmap) and not pushed["X"].flags.c_contiguous
-        if "home" in where:  # GridFS batches its chunks in memory; the local store writes a block at a time
+        if (
+            "home" in where and features is None
+        ):  # GridFS batches its chunks in memory; the local store writes a block at a time
             assert peak < table.nbytes / 4, peak
 
     expected_X, expected_y = np.ascontiguousarray(table[:, columns]), table[:, -1].astype(np.int64)
@@ -99,3 +106,15 @@ def test_missing_and_infinite_values_are_found_chunk_by_chunk_in_a_mapped_table(
     assert main(argv) == 1
     assert "missing feature values (NaN): column 7 in 1 row" in capsys.readouterr().err
     assert main([*argv, "--allow-missing"]) == 0
+
+
+def test_a_copy_on_write_mapping_is_pushed_with_its_changes(tmp_path, monkeypatch):
+    import tlsearch
+
+    monkeypatch.setattr(_chunks, "CHUNK_BYTES", CHUNK)
+    np.save(tmp_path / "X.npy", _table(tmp_path / "table.npy")[:, :-1])
+    X = np.load(tmp_path / "X.npy", mmap_mode="c")
+    X[1500] = 7.0  # changed in memory only: its pages must not be dropped, or the file's rows come back
+    ref = tlsearch.push_dataset((X, np.arange(len(X)) % 3), home=tmp_path / "home")
+    with open_dataset_store(home=tmp_path / "home") as store, HostCache(tmp_path / "cache").open(store, ref) as data:
+        assert (data["X"][1500] == 7.0).all() and (X[1500] == 7.0).all()
