@@ -27,6 +27,14 @@ bounded batches, the fast path, as tlsearch does.
 
 Usage: python bench/dataset_io.py [--quick] [--mb 200] [--trials 20] [--folds 5] [--workers 2] [--mongo URI]
 (--quick: a 20 MiB dataset; the full run takes a few minutes and ~1.5 GB of disk for the cache.)
+
+`--push-size MB` measures a push instead: a 2-D float32 .npy table of that size (label: its last column) pushed
+with `tlsearch dataset push`, to the local store and to MongoDB, then a first trial's cache fill
+(`HostCache.open`) on the same host. Printed per store: the file's size, each command's peak RSS (/usr/bin/time's
+%M, which counts the file pages a process has mapped) beside the RSS of the same command on a tiny file, and
+the copies of the data on this host's disk afterwards (distinct inodes under the home and the cache folder,
+in units of the stored dataset; the source file is not counted). Target: the push's peak above the tiny-file
+run at most 1.2× one push chunk plus the labels held in memory.
 """
 
 from __future__ import annotations
@@ -230,6 +238,130 @@ def summarize(results: list[dict], dataset_bytes: int) -> dict:
     return {"median": statistics.median(ready), "p90": ready[int(0.9 * (len(ready) - 1))], "max": ready[-1], **combined}
 
 
+# -- --push-size: a push's peak memory and the copies on disk ----------------------------------------------
+_FILL = """
+import os, sys
+from tlsearch.data import HostCache, open_dataset_store
+with open_dataset_store(sys.argv[1] or None, database=os.environ["TLSEARCH_DATABASE"], home=sys.argv[2]) as store:
+    HostCache(sys.argv[3], progress=False).open(store, "big").close()
+"""
+
+
+def _peak_rss(command: list[str], env: dict) -> tuple[int, float]:
+    """Run `command` to completion under /usr/bin/time: its peak resident set in bytes, and its seconds. (Not
+    os.wait4 here: a child's ru_maxrss starts at this process's RSS when it forks.)"""
+    import subprocess
+
+    started = time.perf_counter()
+    with tempfile.NamedTemporaryFile("r") as report:
+        subprocess.run(
+            ["/usr/bin/time", "-f", "%M", "-o", report.name, *command],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
+        return int(report.read().split()[-1]) * 1024, time.perf_counter() - started
+
+
+def _write_table(path: Path, mib: float) -> tuple[int, int]:
+    """A float32 table of about `mib` MiB (256 features + a whole-number label column), written in blocks."""
+    n_rows = int(mib * 2**20 / ((N_FEATURES + 1) * 4))
+    table = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n_rows, N_FEATURES + 1))
+    rng = np.random.default_rng(0)
+    for start in range(0, n_rows, 16384):
+        block = rng.standard_normal((min(16384, n_rows - start), N_FEATURES + 1), dtype=np.float32)
+        block[:, -1] = rng.integers(0, 10, len(block))
+        table[start : start + len(block)] = block
+    table.flush()
+    del table
+    return n_rows, path.stat().st_size
+
+
+def _copies(folders: list[Path], dataset_bytes: int) -> float:
+    """Bytes of the distinct .npy files (by inode) under `folders`, in units of the dataset."""
+    inodes = {}
+    for folder in folders:
+        for path in folder.rglob("*.npy"):
+            stat = path.stat()
+            if "fold_plans" not in path.parts and "plans" not in path.parts:
+                inodes[(stat.st_dev, stat.st_ino)] = stat.st_size
+    return sum(inodes.values()) / dataset_bytes
+
+
+def push_figures(mib: float, mongo: str | None) -> int:
+    from tlsearch.data._chunks import CHUNK_BYTES
+    from tlsearch.testing import TestMongoServer
+
+    work = Path(tempfile.mkdtemp(prefix="tlsearch-push-bench-"))
+    server = None
+    try:
+        n_rows, file_bytes = _write_table(work / "big.npy", mib)
+        _write_table(work / "tiny.npy", 0.01)
+        labels_bytes = n_rows * (4 + 8)  # y as read (float32) and as stored (int64): held beside the chunk
+        tlsearch = [str(Path(sys.executable).with_name("tlsearch"))]
+        if not Path(tlsearch[0]).exists():
+            tlsearch = [sys.executable, "-m", "tlsearch"]
+        if mongo is None:
+            server = TestMongoServer()
+            mongo = server.start()
+        print(
+            f"file: {n_rows} rows × {N_FEATURES + 1} float32 columns = {file_bytes / 2**20:.1f} MiB; "
+            f"push chunk {CHUNK_BYTES / 2**20:.0f} MiB; labels in memory {labels_bytes / 2**20:.1f} MiB",
+            flush=True,
+        )
+        print(
+            f"{'store':8}{'push peak RSS':>16}{'tiny push':>12}{'above tiny':>12}{'target':>10}"
+            f"{'push time':>11}{'cache fill peak':>18}{'copies on disk':>16}"
+        )
+        for kind, uri in (("local", None), ("mongo", mongo)):
+            home, cache = work / f"home-{kind}", work / f"cache-{kind}"
+            env = {
+                **os.environ,
+                "TLSEARCH_HOME": str(home),
+                "TLSEARCH_CACHE_DIR": str(cache),
+                "TLSEARCH_DATABASE": f"push_bench_{uuid.uuid4().hex[:8]}",
+            }
+            env.pop("TLSEARCH_MONGO_URI", None)
+            where = ["--mongo", uri] if uri else []
+            tiny, _ = _peak_rss(
+                [
+                    *tlsearch,
+                    "dataset",
+                    "push",
+                    "tiny",
+                    str(work / "tiny.npy"),
+                    "-q",
+                    "--task",
+                    "classification",
+                    *where,
+                ],
+                env,
+            )
+            push, seconds = _peak_rss(
+                [*tlsearch, "dataset", "push", "big", str(work / "big.npy"), "-q", "--task", "classification", *where],
+                env,
+            )
+            stored = n_rows * N_FEATURES * 4 + n_rows * 8
+            after_push = _copies([home], stored)
+            fill, _ = _peak_rss([sys.executable, "-c", _FILL, uri or "", str(home), str(cache)], env)
+            copies = _copies([home, cache], stored)
+            above, target = push - tiny, 1.2 * CHUNK_BYTES + labels_bytes
+            print(
+                f"{kind:8}{push / 2**20:>12,.0f} MiB{tiny / 2**20:>8,.0f} MiB{above / 2**20:>8,.0f} MiB"
+                f"{target / 2**20:>6,.0f} MiB{seconds:>9.1f} s{fill / 2**20:>14,.0f} MiB"
+                f"{f'{after_push:.2f} + {copies - after_push:.2f}':>16}"
+                f"   {'met' if above <= target else 'NOT met'}",
+                flush=True,
+            )
+        print("copies on disk: after the push (the store's files under home) + what the cache fill added")
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a 20 MiB dataset instead of 200 MiB")
@@ -239,7 +371,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--mongo", metavar="URI", help="a real MongoDB to use instead of the bundled test server")
     parser.add_argument("--cache-dir", metavar="DIR", help="where the host cache goes (default: a temporary folder)")
+    parser.add_argument("--push-size", metavar="MB", type=float, help="measure a push of an .npy of MB MiB instead")
     args = parser.parse_args(argv)
+    if args.push_size:
+        return push_figures(args.push_size, args.mongo)
     mib = args.mb or (20 if args.quick else 200)
 
     from pymongo import MongoClient

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 
@@ -10,7 +11,18 @@ import pytest
 from data_helpers import make_arrays, open_in_process, run_in_processes
 
 from tlsearch.data import HostCache, fold_plan_for
+from tlsearch.data._local import LocalDatasetStore
 from tlsearch.errors import DatasetCorruptedError
+
+
+@pytest.fixture
+def other_file_system(monkeypatch):
+    """The host cache on another file system than the local store: hard links fail, so the cache copies."""
+
+    def link(source, target, **kwargs):
+        raise OSError(errno.EXDEV, "Invalid cross-device link", str(source))
+
+    monkeypatch.setattr(os, "link", link)
 
 
 def test_open_maps_read_only_arrays_shared_through_the_page_cache(store, cache):
@@ -51,7 +63,7 @@ def _damage(path, keep_mtime: bool) -> None:
         os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
 
 
-def test_truncated_or_rewritten_files_are_detected_by_hash_and_fetched_again(store, cache):
+def test_truncated_or_rewritten_files_are_detected_by_hash_and_fetched_again(store, cache, other_file_system):
     arrays = make_arrays()
     info = store.push("heal", arrays)
     cache.open(store, "heal").close()
@@ -73,7 +85,7 @@ def test_truncated_or_rewritten_files_are_detected_by_hash_and_fetched_again(sto
     assert len(cache.downloads()) == 3
 
 
-def test_silent_damage_is_caught_by_a_full_verify(store, cache):
+def test_silent_damage_is_caught_by_a_full_verify(store, cache, other_file_system):
     arrays = make_arrays()
     info = store.push("rot", arrays)
     cache.open(store, "rot").close()
@@ -84,6 +96,27 @@ def test_silent_damage_is_caught_by_a_full_verify(store, cache):
     with cache.open(store, "rot", verify=True) as dataset:
         np.testing.assert_array_equal(dataset["y"], arrays["y"])
     assert len(cache.downloads()) == 3
+
+
+def test_a_local_store_and_the_host_cache_on_its_file_system_keep_one_copy(tmp_path):
+    store, cache = LocalDatasetStore(tmp_path / "home" / "datasets"), HostCache(tmp_path / "cache")
+    arrays = make_arrays()
+    info = store.push("shared", arrays)
+    with cache.open(store, "shared") as dataset:
+        np.testing.assert_array_equal(dataset["X"], arrays["X"])
+        cached = cache.root / "data" / info.hash / "X.npy"
+        assert os.stat(cached).st_ino == os.stat(store.root / "contents" / info.hash / "X.npy").st_ino
+    [download] = cache.downloads()
+    assert download["bytes"] == 0 and download["linked_bytes"] > arrays["X"].nbytes
+
+    _damage(cached, keep_mtime=False)  # the one copy on this host: reported, not hidden
+    with pytest.raises(DatasetCorruptedError, match="do not match its hash"):
+        cache.open(store, "shared")
+    with pytest.raises(DatasetCorruptedError, match="delete it and push it again"):
+        store.verify("shared")
+
+    store.delete("shared")  # removes the store's name for the bytes, not the cache's
+    assert cached.stat().st_size > arrays["X"].nbytes and not (store.root / "contents" / info.hash).exists()
 
 
 class _FlakyStore:

@@ -8,6 +8,10 @@ Layout of the cache folder (default: the settings' `cache_dir`, see `tlsearch.Se
                                           HASH.use (held shared while a dataset is open; its mtime = last use)
   downloads.log                           one JSON line per download (what, bytes, seconds, pid)
 
+One copy per host: when the dataset store is the local one on the same file system, data/HASH/ARRAY.npy is a
+hard link to the store's file instead of a copy (still hashed before it is used). Damage to it is then damage
+to the store's copy, which `tlsearch dataset verify` reports.
+
 Integrity: a download is hashed while it is written and only renamed into place when it matches, so a
 partial or wrong download is never visible. `verified.json` then records each file's size and mtime;
 opening compares those (a few stat calls) instead of re-hashing, which would cost ~1 s per GB on every
@@ -188,9 +192,17 @@ class HostCache:
         tmp = self._new_tmp()
         bar = self._progress_bar(f"download {info.ref}", stored_size(info))
         try:
-            hasher, moved = ContentHasher(), 0
+            hasher, moved, linked = ContentHasher(), 0, 0
+            link = getattr(store, "link_array", None)
             for name in sorted(info.arrays):
-                with open(tmp / f"{name}.npy", "wb") as file:
+                target = tmp / f"{name}.npy"
+                if link is not None and link(info, name, target):
+                    # The local store's own file on this file system: one copy per host. Hashed all the same.
+                    sink = NpyHashingSink(hasher, name, what=f"stored array {name!r} of {info.ref}")
+                    linked += _feed(target, sink, bar.update if bar else None)
+                    sink.close()
+                    continue
+                with open(target, "wb") as file:
                     sink = NpyHashingSink(hasher, name, file, what=f"downloaded array {name!r} of {info.ref}")
                     moved += store.read_array(info, name, sink, bar.update if bar else None)
                     sink.close()
@@ -210,7 +222,7 @@ class HostCache:
             if bar:
                 bar.close()
             shutil.rmtree(tmp, ignore_errors=True)
-        self._log_download(info, moved, time.perf_counter() - started)
+        self._log_download(info, moved, time.perf_counter() - started, linked)
 
     def _progress_bar(self, description: str, total: int):
         show = self.progress if self.progress is not None else (sys.stderr.isatty() and total >= _PROGRESS_MIN_BYTES)
@@ -220,12 +232,13 @@ class HostCache:
 
         return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=description, file=sys.stderr)
 
-    def _log_download(self, info: DatasetInfo, nbytes: int, seconds: float) -> None:
+    def _log_download(self, info: DatasetInfo, nbytes: int, seconds: float, linked: int = 0) -> None:
         line = json.dumps(
             {
                 "hash": info.hash,
                 "ref": info.ref,
                 "bytes": nbytes,
+                "linked_bytes": linked,
                 "seconds": round(seconds, 3),
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
@@ -501,6 +514,18 @@ def _layout_intact(folder: Path, key: str) -> bool:
         )
     except OSError:
         return False
+
+
+def _feed(path: Path, sink: NpyHashingSink, progress=None) -> int:
+    """Write the bytes of file `path` to `sink` in pieces; returns the byte count."""
+    total = 0
+    with open(path, "rb") as file:
+        while piece := file.read(_HASH_PIECE_BYTES):
+            sink.write(piece)
+            total += len(piece)
+            if progress:
+                progress(len(piece))
+    return total
 
 
 def _file_sha256(path: Path) -> str:

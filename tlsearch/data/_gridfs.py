@@ -48,7 +48,7 @@ from tlsearch.mongo import connect, read_gridfs_chunks, write_gridfs_file
 
 CHUNK_BYTES = 4 << 20  # measured on the test server: 1 MiB ≈ 110 MB/s in, 4-8 MiB ≈ 135 MB/s in and faster out
 READ_BATCH_BYTES = 12 << 20
-WRITE_BATCH_BYTES = 16 << 20
+WRITE_BATCH_BYTES = 4 << 20  # a push holds a batch twice (its chunks, then the message): kept to one chunk
 STALE_SECONDS = 120
 WAIT_SECONDS = 600
 DANGLING_PIN_SECONDS = 3600
@@ -73,6 +73,7 @@ class MongoDatasetStore(DatasetStore):
             self._uri, self._client, self._owns_client = None, uri_or_client, False
         self.database = database_name(uri_or_client, database)
         self.chunk_bytes = int(chunk_bytes)
+        self.block_bytes = self.chunk_bytes  # a push hashes and uploads one GridFS chunk of rows at a time
         self._indexes_ready = False
 
     def __getstate__(self) -> dict:
@@ -203,7 +204,7 @@ class MongoDatasetStore(DatasetStore):
                 files = {}
                 for array_name, array in arrays.items():
                     files[array_name] = self._upload(
-                        iter_npy(array),
+                        iter_npy(array, self.block_bytes),
                         f"{content_hash}/{array_name}.npy",
                         {"kind": "array", "dataset_hash": content_hash, "array": array_name, "upload": owner},
                         progress,

@@ -2,8 +2,8 @@
 
 Arrays are fed in name order; each contributes a length-prefixed JSON header {name, dtype, shape}, its
 byte count and its C-order bytes, so no two different datasets share a byte stream. The same hasher
-runs over in-memory arrays (push), over a .npy byte stream (download, store verify) and over
-memory-mapped files (cache re-check), and gives the same digest.
+runs over in-memory or memory-mapped arrays a block of rows at a time (push, cache re-check) and over a
+.npy byte stream (download, store verify), and gives the same digest.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping
 
 import numpy as np
+
+from tlsearch.data._chunks import row_blocks
 
 _DOMAIN = b"tlsearch-dataset-v1\n"
 
@@ -68,13 +70,15 @@ class ContentHasher:
         return self._sha.hexdigest()
 
 
-def hash_arrays(arrays: Mapping[str, np.ndarray]) -> str:
-    """The content hash of a dataset given as arrays (in memory or memory-mapped)."""
+def hash_arrays(arrays: Mapping[str, np.ndarray], block_bytes: int | None = None) -> str:
+    """The content hash of a dataset given as arrays (in memory or memory-mapped, any memory order), read
+    `block_bytes` of rows at a time (default: a push chunk, see `row_blocks`)."""
     hasher = ContentHasher()
     for name in sorted(arrays):
         array = arrays[name]
         hasher.begin(name, array.dtype, array.shape)
-        hasher.update(array_bytes(array))
+        for block in row_blocks(array, block_bytes):
+            hasher.update(array_bytes(block))
     return hasher.hexdigest()
 
 

@@ -8,6 +8,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from tlsearch.data._chunks import row_blocks
 from tlsearch.data._hashing import ContentHasher, array_bytes
 from tlsearch.errors import DatasetCorruptedError
 
@@ -35,14 +36,14 @@ def npy_size(dtype: np.dtype, shape: tuple[int, ...]) -> int:
     return len(npy_header(dtype, shape)) + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
-def iter_npy(array: np.ndarray, piece_bytes: int = PIECE_BYTES) -> Iterator[memoryview]:
-    """The .npy bytes of `array`: its header, then its data in pieces of at most `piece_bytes`."""
+def iter_npy(array: np.ndarray, piece_bytes: int | None = None) -> Iterator[memoryview]:
+    """The .npy bytes of `array` (in any memory order, memory-mapped or not): its header, then its C-order data
+    in pieces of whole rows, at most `piece_bytes` each (default: CHUNK_BYTES; one row, when a row is longer)."""
     if array.dtype.hasobject:
         raise ValueError("object arrays cannot be written without pickle")
     yield memoryview(npy_header(array.dtype, array.shape))
-    data = array_bytes(array)
-    for start in range(0, data.nbytes, piece_bytes):
-        yield data[start : start + piece_bytes]
+    for block in row_blocks(array, piece_bytes):
+        yield array_bytes(block)
 
 
 def write_npy(array: np.ndarray, file: BinaryIO, progress=None) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tlsearch.data._chunks import row_blocks
 from tlsearch.data._info import FEATURES, GROUPS, LABELS, SAMPLE_WEIGHT, DatasetInfo
 from tlsearch.data._store import DatasetStore, Progress
 from tlsearch.data._validation import labels_for_task, task_note, task_of
@@ -367,10 +368,25 @@ def _read_npy(path: Path, features, label, groups, sample_weight):
         if names is not None
         else [c for c in range(n_columns) if c != label_column and c not in extra.values()]
     )
-    arrays = {FEATURES: np.asarray(table[:, feature_columns]), LABELS: np.asarray(table[:, label_column])}
+    arrays = {FEATURES: _columns(table, feature_columns), LABELS: _columns(table, [label_column])[:, 0]}
     for role, number in extra.items():
-        arrays[role] = np.asarray(table[:, number])
+        arrays[role] = _columns(table, [number])[:, 0]
     return arrays, {"source": f"file:{path.name}", "feature_columns": feature_columns, "label_column": label_column}
+
+
+def _columns(table: np.ndarray, columns: list[int]) -> np.ndarray:
+    """Columns of a memory-mapped 2-D table. Evenly spaced feature columns (the usual case: all but a first or
+    last label column) are a view of the mapping, which the push then reads a block of rows at a time; other
+    columns are copied into memory, a block of rows at a time (so the rows read do not stay mapped)."""
+    steps = set(np.diff(columns).tolist())
+    if len(columns) > 1 and len(steps) == 1 and steps.pop() > 0:
+        return table[:, columns[0] : columns[-1] + 1 : columns[1] - columns[0]]
+    copy = np.empty((len(table), len(columns)), dtype=table.dtype)
+    start = 0
+    for block in row_blocks(table, 1 << 20):  # the whole rows of a block are mapped while it is read
+        copy[start : start + len(block)] = block[:, columns]
+        start += len(block)
+    return copy
 
 
 def name_for_path(path: str | os.PathLike) -> str:

@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
@@ -46,6 +47,9 @@ class DatasetStore(abc.ABC):
     and optionally "groups" and "sample_weight"; they travel as .npy without pickle.
     """
 
+    block_bytes: int | None = None
+    """Bytes of rows a push hashes and writes at a time (None: a push chunk, `row_blocks`' default)."""
+
     def __init__(self) -> None:
         self.stats = TransferStats()
 
@@ -78,7 +82,7 @@ class DatasetStore(abc.ABC):
         prepared = prepare_arrays(
             arrays, allow_missing=bool(document.get("allow_missing")), feature_names=document.get("feature_names")
         )
-        content_hash = hash_arrays(prepared)
+        content_hash = hash_arrays(prepared, self.block_bytes)
         if name is None:
             name = content_name(content_hash, document)
         return self._push(name, prepared, content_hash, document, new_version, progress)
@@ -119,6 +123,12 @@ class DatasetStore(abc.ABC):
     @abc.abstractmethod
     def read_array(self, info: DatasetInfo, array: str, sink: BinaryIO, progress: Progress | None = None) -> int:
         """Write the .npy bytes of one array of `info` to `sink` (in bounded pieces); returns the byte count."""
+
+    def link_array(self, info: DatasetInfo, array: str, path: Path) -> bool:
+        """Make `path` (not existing yet) the store's own file of one array of `info`, sharing its bytes on disk
+        (a hard link), when the store keeps its arrays as files on the same file system; False, and nothing
+        made, otherwise. The host cache uses it to keep one copy per host; it still hashes what it links."""
+        return False
 
     def verify(self, ref: str, progress: Progress | None = None) -> DatasetInfo:
         """Read every stored byte of `ref` back and check its hash; DatasetCorruptedError when it differs."""

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from tlsearch.data import _chunks
 from tlsearch.data._info import ARRAY_NAMES, FEATURES, GROUPS, LABELS, REQUIRED_ARRAYS, SAMPLE_WEIGHT
 from tlsearch.errors import DatasetValidationError
 
@@ -25,8 +26,10 @@ _KIND_WORDS = {
 def prepare_arrays(
     arrays: Mapping[str, object], *, allow_missing: bool = False, feature_names: Sequence[str] | None = None
 ) -> dict[str, np.ndarray]:
-    """Check and normalise a dataset's arrays: C-contiguous, native byte order, numeric, one row per sample,
-    finite features (NaN allowed with `allow_missing`; `feature_names` name the columns in messages).
+    """Check and normalise a dataset's arrays: native byte order, numeric, one row per sample, finite features
+    (NaN allowed with `allow_missing`; `feature_names` name the columns in messages). An array already in
+    native byte order is kept as it is, not copied: a memory-mapped file stays mapped, and is checked, hashed
+    and written a block of rows at a time, in C order.
 
     Raises DatasetValidationError naming the array and the problem; nothing is written before this passes.
     """
@@ -89,8 +92,9 @@ def _prepare_array(name: str, value: object) -> np.ndarray:
         )
     if array.ndim == 0:
         raise DatasetValidationError(f"array {name!r} is a scalar: it needs one row per sample")
-    native = array.dtype.newbyteorder("=") if array.dtype.byteorder not in "=|" else array.dtype
-    return np.ascontiguousarray(array, dtype=native)
+    if array.dtype.byteorder not in "=|":
+        return array.astype(array.dtype.newbyteorder("="))  # a copy in memory: such files are rare
+    return array
 
 
 TASKS = ("classification", "regression")
@@ -165,28 +169,25 @@ def _check_rows(arrays: dict[str, np.ndarray]) -> None:
 
 def _check_classes(y: np.ndarray) -> None:
     """An integer or bool label (classes) needs at least two distinct values to learn anything."""
-    if y.dtype.kind in "biu" and y.ndim == 1 and len(np.unique(y)) < 2:
+    if y.dtype.kind in "biu" and y.ndim == 1 and not (y != y[0]).any():  # no sorted copy of y, as np.unique makes
         raise DatasetValidationError(
             f"the label array 'y' holds one class only ({y[0]!r} in all {len(y)} rows): a classifier needs at "
             "least two; check the label column (--label)"
         )
 
 
-# Features are checked this many bytes of rows at a time, so the check needs little memory beside X.
-_CHECK_BYTES = 64 << 20
-
-
 def _check_features(X: np.ndarray, allow_missing: bool, feature_names: Sequence[str] | None) -> None:
     """Refuse NaN (unless `allow_missing`) and infinite feature values, naming the columns and their counts."""
     if X.dtype.kind != "f" or X.size == 0:
         return
-    table = X.reshape(len(X), -1)
-    nan, inf = np.zeros(table.shape[1], np.int64), np.zeros(table.shape[1], np.int64)
-    step = max(1, _CHECK_BYTES // max(1, table[0].nbytes))
-    for start in range(0, len(table), step):
-        rows = table[start : start + step]
-        nan += np.isnan(rows).sum(axis=0)
-        inf += np.isinf(rows).sum(axis=0)
+    columns = int(np.prod(X.shape[1:], dtype=np.int64))
+    nan, inf = np.zeros(columns, np.int64), np.zeros(columns, np.int64)
+    # A sixteenth of a push chunk of rows at a time (see row_blocks): the check's copy and its bool temporaries
+    # then stay well under one chunk, mapped file or not.
+    for block in _chunks.row_blocks(X, _chunks.CHUNK_BYTES // 16):
+        rows = block.reshape(len(block), -1)
+        nan += np.count_nonzero(np.isnan(rows), axis=0)  # not .sum(axis=0): no int64 copy of the mask
+        inf += np.count_nonzero(np.isinf(rows), axis=0)
     if inf.any():
         raise DatasetValidationError(
             f"infinite feature values: {_counts(inf, X, feature_names)}; replace them (e.g. with np.nan_to_num "
