@@ -262,9 +262,10 @@ div.answer h2.best { border: none; margin: .6em 0 .2em; }
 div.facts { display: flex; flex-wrap: wrap; gap: .4em 3em; align-items: flex-start; }
 div.answer table.header td { font-family: inherit; font-variant-numeric: tabular-nums; }
 div.answer table.trials { margin-top: .3em; background: #fff; } div.wide { overflow-x: auto; max-width: 100%; }
-dl.params { display: grid; grid-template-columns: repeat(auto-fill, minmax(15em, 1fr)); gap: 0 2em; margin: .8em 0 0; }
+dl.params { display: grid; grid-template-columns: repeat(auto-fill, minmax(22em, 1fr)); gap: 0 2em; margin: .8em 0 0; }
 dl.params div { display: flex; gap: .6em; padding: .25em 0; border-bottom: 1px solid #e3e8ef; }
-dl.params dt { font-family: ui-monospace, monospace; color: #555; } dl.params dd { margin: 0; font-weight: 600; }
+dl.params dt { font-family: ui-monospace, monospace; color: #555; flex: 1; min-width: 0; }
+dl.params dd { margin: 0; font-weight: 600; flex-shrink: 0; max-width: 60%; }
 dl.params dt, dl.params dd, table.pareto td:last-child { word-break: break-word; }
 nav ul { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: .4em 1.2em; }
 p.empty { font-size: 1.2em; } p.note, p.png, footer { color: #666; } footer { margin-top: 3em; font-size: .8em; }
