@@ -180,3 +180,35 @@ def test_top_rejects_zero_and_asks_a_multi_objective_study_which_objective(studi
     rows = csv_rows(capsys, studies, "two", "--top", "2", "--sort", "values_depth")
     depths = [float(row["values_depth"]) for row in csv_rows(capsys, studies, "two") if row["state"] == "COMPLETE"]
     assert _values(rows, "values_depth") == sorted(depths)[:2]  # minimised: lowest first
+
+
+NESTED = [f"random_forest.{name}" for name in ("n_estimators", "max_depth", "min_samples_leaf", "max_leaf_nodes")]
+
+
+def test_nested_parameter_names_cut_to_fit_keep_their_distinct_ends(tmp_path, capsys, monkeypatch):
+    spec = tlsearch.StudySpec(
+        name="nested", dataset="sklearn:iris", space=lambda t: {n: t.suggest_int(n, 1, 9) for n in NESTED}, cv=2,
+        model=tlsearch.CustomLoop(lambda params, fold, report: params["random_forest.max_depth"] / 10), retries=0,
+    )  # fmt: skip
+    stored = StoredStudy(spec, tmp_path / "home")
+    for _ in range(3):
+        stored.trial()
+    monkeypatch.setenv("COLUMNS", "72")
+    code, out, _ = trials(capsys, tmp_path / "home", "nested")
+    heads = [h for h in out.splitlines()[0].split() if h.startswith("…")]
+    assert code == 0 and len(heads) >= 2 and len(set(heads)) == len(heads)  # not "random_…" for every one
+    assert all(any(name.endswith(h[1:]) for name in NESTED) for h in heads)
+
+
+@pytest.mark.slow
+def test_a_reader_that_stops_early_ends_the_command_quietly(studies):
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # `tlsearch trials NAME | head`, head long gone: every write fails
+    command = [sys.executable, "-m", "tlsearch", "trials", "wide", "--home", str(studies), "--format", "csv"]
+    done = subprocess.run(command, stdout=write_end, stderr=subprocess.PIPE, text=True)
+    os.close(write_end)
+    assert done.returncode == 141 and done.stderr == ""

@@ -192,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tlsearch: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `tlsearch trials NAME | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141  # as a process killed by SIGPIPE, like other commands in a pipe
     except Exception:  # a bug or an unexpected failure: its traceback, masked like everything else
         return _print_traceback()
 

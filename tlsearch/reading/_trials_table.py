@@ -275,7 +275,7 @@ def format_table(frame, width: int | None = None, *, compact: bool = True) -> st
     `compact`: the default view, number, state, value(s), mean ± std (CV; ± std alone when the mean is the value),
     folds (n_folds_run), duration and the parameters; else the frame's columns. Parameters are named without
     `params_`; durations read like 12.3s or 4m05s. When the table is too wide, the columns past the view's fixed
-    ones are narrowed, the widest first (names and values cut with …), then the last columns left out, and a
+    ones are narrowed, the widest first (names cut at their start, values at their end, with …), then the last columns left out, and a
     last line names them."""
     width = width or shutil.get_terminal_size().columns
     if frame.empty:
@@ -330,7 +330,7 @@ def _same(means, values) -> bool:
 def _narrowed(column: tuple[str, list[str]]) -> tuple[str, list[str]]:
     head, cells = column
     width = min(_CUT, max(_CUT_NAME, *map(len, cells)))
-    return _cut(head, width), [_cut(cell, width) for cell in cells]
+    return _cut_start(head, width), [_cut(cell, width) for cell in cells]
 
 
 def _columns_as_text(frame) -> list[tuple[str, list[str]]]:
@@ -346,6 +346,11 @@ def _table_width(columns) -> int:
 
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _cut_start(name: str, width: int) -> str:
+    """A column name cut from its start: nested parameters share theirs (`model.units`, `model.dropout`)."""
+    return name if len(name) <= width else "…" + name[len(name) - width + 1 :]
 
 
 def _mean_std(mean, std) -> str:
