@@ -127,6 +127,15 @@ def test_a_fold_budget_stops_in_time_counts_trained_folds_only_and_survives_a_re
     assert cli.main(["status", "folds", *where, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["folds_used"] == 13
 
+    # Once counted, a run without a budget counts on; a copy into MongoDB carries the count.
+    assert cli.main(["resume", "folds", "--n-trials", "8", *args]) == 0
+    counter, trained = _folds(study_attrs.load(stores, "folds"))
+    assert counter == trained > 13
+    if store == "local":
+        uri, database = request.getfixturevalue("mongo_uri"), request.getfixturevalue("mongo_db_name")
+        assert cli.main(["copy", "folds", *where, "--to", uri, "--to-database", database]) == 0
+        assert _folds(study_attrs.load(Stores(uri, database, tmp_path / "home"), "folds")) == (counter, trained)
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("store", ["local", "mongo"])

@@ -100,6 +100,9 @@ class Dispatcher:
         self.resources = cluster.trial_resources(client)
         self.slots = TrialSlots(compat.storage_of(study), compat.study_id(study))
         self.folds = ClaimedFolds(compat.storage_of(study), compat.study_id(study))
+        # Folds are counted from the first run with a fold budget on (the count starts from the stored trials'):
+        # a counter for every study cost a locked, fsynced write per trial that no budget read.
+        self._counts_folds = self.fold_budget is not None or self.folds.count() is not None
         self._killers: dict[int, str] = {}  # trial_id -> the worker that died under it alone
         trials = study.get_trials(deepcopy=False)
         durations = [t.duration.total_seconds() for t in trials if t.state in DONE and t.duration is not None]
@@ -208,7 +211,11 @@ class Dispatcher:
         while len(self.running) < self.parallelism:
             if not self.slots.claim(self.n_trials or sys.maxsize, self._claimed):
                 return
-            claimed = self.folds.claim(self._n_folds, self.fold_budget or sys.maxsize, self._folds_used)
+            claimed = (
+                self.folds.claim(self._n_folds, self.fold_budget or sys.maxsize, self._folds_used)
+                if self._counts_folds
+                else 0
+            )
             if claimed is None:
                 self.slots.release()
                 return
@@ -216,7 +223,8 @@ class Dispatcher:
                 self._submit(claimed)
             except BaseException:
                 self.slots.release()
-                self.folds.release(self._n_folds)
+                if self._counts_folds:
+                    self.folds.release(self._n_folds)
                 raise
 
     def _claimed(self) -> int:
