@@ -3,6 +3,7 @@ its trials (a journal is replayed whole anyway)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import optuna
@@ -13,6 +14,7 @@ from tlsearch.storage._extensions import SummarizedTrials, TrialsSummary
 
 
 def summarize_trials(study: optuna.Study) -> TrialsSummary:
+    """See `TrialsSummary`; no trial is loaded where the store sums them up itself."""
     storage = compat.storage_of(study)
     if isinstance(storage, SummarizedTrials):
         return storage.summarize_trials(compat.study_id(study))
@@ -30,4 +32,4 @@ def summarize_trials(study: optuna.Study) -> TrialsSummary:
     pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
     best = pick(complete, key=lambda t: t.value)  # the first of the best, as Optuna's get_best_trial
     ties = sum(t.value == best.value for t in complete)
-    return TrialsSummary(summary.counts, summary.first_start, summary.last_activity, best.value, best.number, ties)
+    return dataclasses.replace(summary, best_value=best.value, best_number=best.number, best_ties=ties)
