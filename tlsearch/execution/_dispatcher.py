@@ -100,9 +100,11 @@ class Dispatcher:
         self.resources = cluster.trial_resources(client)
         self.slots = TrialSlots(compat.storage_of(study), compat.study_id(study))
         self.folds = ClaimedFolds(compat.storage_of(study), compat.study_id(study))
-        # Folds are counted from the first run with a fold budget on (the count starts from the stored trials'):
-        # a counter for every study cost a locked, fsynced write per trial that no budget read.
-        self._counts_folds = self.fold_budget is not None or self.folds.count() is not None
+        # A trial claims its k folds where the study keeps a fold counter: from its first run with a fold budget
+        # (the count starts from the stored trials'). Elsewhere it claims none: no budget reads the count, and a
+        # claim is a locked, fsynced write and a release one more write for each pruned or failed trial.
+        counted = self.fold_budget is not None or self.folds.count() is not None
+        self._folds_per_trial = self._n_folds if counted else 0  # the folds each trial claims
         self._killers: dict[int, str] = {}  # trial_id -> the worker that died under it alone
         trials = study.get_trials(deepcopy=False)
         durations = [t.duration.total_seconds() for t in trials if t.state in DONE and t.duration is not None]
@@ -180,7 +182,7 @@ class Dispatcher:
         interval = compat.heartbeat_interval(compat.storage_of(self.study))
         if not interval:
             return math.inf
-        fail_abandoned_trials(self.study, self.spec, self._n_folds)
+        fail_abandoned_trials(self.study, self.spec, self._folds_per_trial)
         return interval
 
     def _running_elsewhere(self) -> bool:
@@ -211,20 +213,17 @@ class Dispatcher:
         while len(self.running) < self.parallelism:
             if not self.slots.claim(self.n_trials or sys.maxsize, self._claimed):
                 return
-            claimed = (
-                self.folds.claim(self._n_folds, self.fold_budget or sys.maxsize, self._folds_used)
-                if self._counts_folds
-                else 0
-            )
-            if claimed is None:
-                self.slots.release()
-                return
+            claimed = 0
+            if self._folds_per_trial:
+                claimed = self.folds.claim(self._folds_per_trial, self.fold_budget or sys.maxsize, self._folds_used)
+                if claimed is None:
+                    self.slots.release()
+                    return
             try:
                 self._submit(claimed)
             except BaseException:
                 self.slots.release()
-                if self._counts_folds:
-                    self.folds.release(self._n_folds)
+                self.folds.release(self._folds_per_trial)
                 raise
 
     def _claimed(self) -> int:
@@ -341,10 +340,10 @@ class Dispatcher:
         self.policy.trial_finished()
         # The trial object, not its number: telling by number looks its id up in the store (twice).
         self.study.tell(number if trial is None else trial, outcome.values, state=outcome.state, skip_if_finished=True)
-        if outcome.state == TrialState.PRUNED:
+        if outcome.state == TrialState.PRUNED and self._folds_per_trial:
             told = compat.storage_of(self.study).get_trial(trial_id)
             if told.state == TrialState.PRUNED:  # not failed meanwhile as stale elsewhere, which gave them back
-                release_untrained_folds(self.study, told, self._n_folds)
+                release_untrained_folds(self.study, told, self._folds_per_trial)
         value = outcome.values[0] if outcome.values else None
         if outcome.state == TrialState.COMPLETE and self.progress.shows_best:
             self.progress.best = self._best()  # the line printed for this trial counts it
@@ -401,7 +400,13 @@ class Dispatcher:
                 error = {"error_type": "WorkerKilled", "error_message": f"its worker died under it: {cause}"}
         free = killer is None and error.get("error_type") == "WorkerLost"
         retried = fail_and_retry(
-            self.study, trial_id, error, retries, n_folds=self._n_folds, killed_worker=killer is not None, free=free
+            self.study,
+            trial_id,
+            error,
+            retries,
+            n_folds=self._folds_per_trial,
+            killed_worker=killer is not None,
+            free=free,
         )
         error_line = f"{error.get('error_type')}: {error.get('error_message')}"
         self.policy.trial_failed(error_line, for_good=retried is False)
@@ -419,7 +424,7 @@ class Dispatcher:
                 trial_id,
                 {"error_type": "Interrupted", "error_message": reason},
                 self.spec.retries,
-                n_folds=self._n_folds,
+                n_folds=self._folds_per_trial,
             )
             self.progress.running = len(trials) - left
             self.progress.finished(number, TrialState.FAIL, None, f"Interrupted: {reason}")

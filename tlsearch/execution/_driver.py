@@ -31,7 +31,7 @@ from tlsearch.execution._guards import DriverLock, Interrupts
 from tlsearch.execution._retries import fail_abandoned_trials, folds_used
 from tlsearch.execution._stop_policy import EXIT_CODES, FOLD_BUDGET_REACHED, NOTHING_TO_DO
 from tlsearch.reading import _study_attrs as study_attrs
-from tlsearch.storage._slots import ClaimedFolds
+from tlsearch.storage._slots import folds_claimed
 from tlsearch.stores import _study_files as study_files
 from tlsearch.stores._stores import Stores, check_study_name
 
@@ -208,7 +208,7 @@ def drive(
             if budget.n_trials is not None and done >= budget.n_trials:
                 return RunResult(study, NOTHING_TO_DO, f"{done}/{budget.n_trials} trials finished")
             if budget.fold_budget is not None:
-                used = ClaimedFolds(compat.storage_of(study), compat.study_id(study)).count()
+                used = folds_claimed(compat.storage_of(study), compat.study_id(study))
                 used = folds_used(study, k) if used is None else used
                 if used + k > budget.fold_budget:
                     return RunResult(
