@@ -239,6 +239,18 @@ def _kill_group(process):
     process.wait()
 
 
+def _all_succeed(drivers, timeout: float = 300) -> None:
+    """Wait for every driver process (each its own session, stdout piped), then kill what is left of their groups;
+    each must have exited 0 (the assertion shows its output)."""
+    try:
+        outputs = [driver.communicate(timeout=timeout)[0] for driver in drivers]
+    finally:
+        for driver in drivers:
+            _kill_group(driver)
+    for driver, output in zip(drivers, outputs):
+        assert driver.returncode == 0, output
+
+
 @pytest.mark.slow
 def test_driver_killed_then_resumed_reaches_target(tmp_path, mongo_uri, mongo_db_name):
     study_file = write_study(tmp_path, n_trials=8, sleep=0.4)

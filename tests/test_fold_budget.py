@@ -15,7 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 import tlsearch
-from tests.test_driver import _kill_group
+from tests.test_driver import _all_succeed
 from tlsearch import cli
 from tlsearch._compat import optuna as compat
 from tlsearch.errors import StudyFileError, TLSearchError
@@ -168,13 +168,7 @@ def test_two_drivers_together_never_exceed_the_fold_budget(tmp_path, store, requ
         )
         for _ in range(2)
     ]
-    try:
-        outputs = [driver.communicate(timeout=300)[0] for driver in drivers]
-    finally:
-        for driver in drivers:
-            _kill_group(driver)
-    for driver, output in zip(drivers, outputs):
-        assert driver.returncode == 0, output
+    _all_succeed(drivers)
     study = study_attrs.load(Stores(mongo or None, database, tmp_path / "home"), "folds")
     counter, trained = _folds(study)
     assert counter == trained and 20 - 3 < counter <= 20, _states(study)

@@ -17,7 +17,7 @@ import time
 import pytest
 from optuna.trial import TrialState
 
-from tests.test_driver import _driver, _kill_group, _wait_for_complete, count, write_study
+from tests.test_driver import _all_succeed, _driver, _kill_group, _wait_for_complete, count, write_study
 from tlsearch import cli
 from tlsearch.errors import TLSearchError
 from tlsearch.execution import _stop_policy as stop_policy
@@ -134,13 +134,7 @@ def test_four_drivers_finish_exactly_n_trials(tmp_path, store, request):
     if store == "mongo":
         mongo, database = request.getfixturevalue("mongo_uri"), request.getfixturevalue("mongo_db_name")
     drivers = [_script(tmp_path, study_file, mongo, database) for _ in range(4)]
-    try:
-        outputs = [driver.communicate(timeout=300)[0] for driver in drivers]
-    finally:
-        for driver in drivers:
-            _kill_group(driver)
-    for driver, output in zip(drivers, outputs):
-        assert driver.returncode == 0, output
+    _all_succeed(drivers)
     study = study_attrs.load(Stores(mongo or None, database, tmp_path / "home"), "engine")
     assert count(study, TrialState.COMPLETE) + count(study, TrialState.PRUNED) == 12
     assert count(study, TrialState.RUNNING) == count(study, TrialState.WAITING) == 0
