@@ -201,8 +201,15 @@ def scheduler_address(path: str | os.PathLike, wait: float = 60.0) -> str:
     return address
 
 
-# The database a URI names: the path after the hosts (pymongo's "default database"), before any options.
-_URI_DATABASE = re.compile(r"^mongodb(?:\+srv)?://(?:[^@]*@)?[^/?#]*/([^?#]*)")
+# A URI's hosts (group 1: host:port,...; never the user-info) and the database it names (group 2: the path after
+# the hosts, pymongo's "default database", before any options).
+_URI_PARTS = re.compile(r"^mongodb(?:\+srv)?://(?:[^@]*@)?([^/?#]*)(?:/([^?#]*))?")
+
+
+def uri_servers(uri: str) -> str | None:
+    """The servers a MongoDB URI names ("host:port,..."), without its user-info; None for what is no such URI."""
+    match = _URI_PARTS.match(uri)
+    return match.group(1) if match else None
 
 
 def database_name(uri_or_client: object, database: str | None) -> str:
@@ -212,8 +219,8 @@ def database_name(uri_or_client: object, database: str | None) -> str:
     Raises TLSearchError when `database` and the URI name different databases."""
     named = None
     if isinstance(uri_or_client, str):
-        match = _URI_DATABASE.match(uri_or_client)
-        named = urllib.parse.unquote(match.group(1)) if match and match.group(1) else None
+        match = _URI_PARTS.match(uri_or_client)
+        named = urllib.parse.unquote(match.group(2)) if match and match.group(2) else None
     if database is not None and named is not None and database != named:
         raise TLSearchError(
             f"the MongoDB URI names database {named!r} but database {database!r} was given: "

@@ -23,7 +23,7 @@ import optuna
 
 from tlsearch import spaces
 from tlsearch._files import write_file_with
-from tlsearch.config import database_name
+from tlsearch.config import database_name, uri_servers
 from tlsearch.cv._evaluate import Holdout
 from tlsearch.data import HostCache
 from tlsearch.errors import TLSearchError, UnsafeModelError
@@ -37,7 +37,6 @@ from tlsearch.stores import _study_files as study_files
 from tlsearch.stores._stores import Stores, check_study_name
 
 ATTR_REFIT = "tlsearch:refit"
-_URI_SERVERS = re.compile(r"^mongodb(?:\+srv)?://(?:[^@/]*@)?([^/?#]*)")  # host:port,... without the user-info
 # What a scikit-learn model file may hold beyond skops' own trusted types (estimators, transformers and plain
 # containers): the concrete types fitted scikit-learn models carry. Never a function that can reach arbitrary
 # code (builtins.exec, eval, getattr, __import__, operator.*, functools.partial); anything else is refused.
@@ -140,10 +139,7 @@ def default_model_path(stores: Stores, name: str, suffix: str) -> Path:
     credentials): studies of one name in two stores keep a file each."""
     folder = stores.home / "models"
     if not stores.is_local:
-        servers = _URI_SERVERS.match(stores.mongo)
-        where = (
-            f"{servers.group(1) if servers else mask_uri(stores.mongo)}/{database_name(stores.mongo, stores.database)}"
-        )
+        where = f"{uri_servers(stores.mongo) or mask_uri(stores.mongo)}/{database_name(stores.mongo, stores.database)}"
         folder /= f"mongodb-{hashlib.sha256(where.encode()).hexdigest()[:8]}"
     return folder / f"{check_study_name(name)}{suffix}"
 
