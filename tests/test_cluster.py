@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 import subprocess
 import sys
+import time
 
 import distributed
 import pytest
@@ -135,6 +137,108 @@ def test_two_trials_share_one_gpu_and_a_third_waits(tmp_path):
     assert len(spans) == 4 and max(running_at) == 2, running_at  # two at once on GPU 0, never a third
     frame = tlsearch_results(tmp_path / "home")
     assert set(frame["user_attrs_gpu"]) == {"0"} and frame["user_attrs_worker"].nunique() == 2
+
+
+@pytest.mark.slow
+def test_on_a_mixed_cluster_only_gpu_slots_count_so_no_trial_waits_running(tmp_path, capsys):
+    """Two GPU slots (`--gpus 0 --trials-per-gpu 2`) beside two CPU-only workers: trials ask for a GPU share, so
+    the driver keeps two in flight, not four (two of which would wait RUNNING for a slot)."""
+    from tlsearch import cli
+
+    study_file = tmp_path / "study.py"
+    study_file.write_text(PACKED.replace("LOG_PATH", repr(str(tmp_path / "folds.log"))))
+    command = [sys.executable, "-m", "tlsearch", "worker"]
+    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=None) as empty:
+        workers = [
+            subprocess.Popen(
+                command + ["--scheduler", empty.scheduler_address, *options],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "CUDA_VISIBLE_DEVICES": gpus},
+            )
+            for gpus, options in [("0", ["--gpus", "0", "--trials-per-gpu", "2"]), ("", ["--cpu-workers", "2"])]
+        ]
+        try:
+            with distributed.Client(empty) as client:
+                client.wait_for_workers(4, timeout=60)
+                assert cluster.trial_capacity(client) == (2, {"GPU": 0.5})
+            code = cli.main(
+                ["run", str(study_file), "--scheduler", empty.scheduler_address, "--home", str(tmp_path / "home")]
+                + ["--progress", "log", "--no-report"]
+            )
+        finally:
+            for worker in workers:
+                _stop(worker)
+    assert code == 0
+    output = capsys.readouterr()
+    assert "2 trials at a time" in output.out + output.err
+    trials = study_attrs.load(Stores(home=tmp_path / "home"), "packed").get_trials(states=(TrialState.COMPLETE,))
+    assert len(trials) == 4 and {t.user_attrs["gpu"] for t in trials} == {"0"}
+
+
+JOINING = """
+import pathlib, time
+
+STARTED = pathlib.Path(STARTED_PATH)
+
+import tlsearch
+
+def fit(params, fold, report):
+    (STARTED / str(fold.trial_number)).touch()
+    deadline = time.monotonic() + 90
+    while len(list(STARTED.iterdir())) < 2:  # holds the first trial until a second one runs beside it
+        if time.monotonic() > deadline:
+            raise RuntimeError("no second trial started")
+        time.sleep(0.1)
+    return float(params["x"])
+
+study = tlsearch.StudySpec(name="joining", dataset="sklearn:iris", model=tlsearch.CustomLoop(fit),
+                           space=lambda trial: {"x": trial.suggest_float("x", 0, 1)}, cv=2,
+                           direction="maximize", n_trials=3)
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_that_joins_during_a_run_gets_trials(tmp_path):
+    """The run starts on one worker; a second joins while the first trial runs, and the driver, following
+    the cluster's capacity, starts a second trial on it (the first trial waits for that to finish)."""
+    from tlsearch import cli
+
+    (tmp_path / "started").mkdir()
+    study_file = tmp_path / "study.py"
+    study_file.write_text(JOINING.replace("STARTED_PATH", repr(str(tmp_path / "started"))))
+    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=None) as empty:
+        command = [sys.executable, "-m", "tlsearch", "worker", "--scheduler", empty.scheduler_address]
+        workers = [_cpu_worker(command)]
+        try:
+            with distributed.Client(empty) as client:
+                client.wait_for_workers(1, timeout=60)
+                run = concurrent.futures.ThreadPoolExecutor(1).submit(
+                    cli.main,
+                    ["run", str(study_file), "--scheduler", empty.scheduler_address, "--home", str(tmp_path / "home")]
+                    + ["--progress", "off", "--no-report"],
+                )
+                while not any((tmp_path / "started").iterdir()) and not run.done():
+                    time.sleep(0.1)
+                workers.append(_cpu_worker(command))
+                assert run.result(timeout=200) == 0
+        finally:
+            for worker in workers:
+                _stop(worker)
+    trials = study_attrs.load(Stores(home=tmp_path / "home"), "joining").get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3  # none failed waiting for a second trial
+    assert len({t.user_attrs["worker"] for t in trials}) == 2
+
+
+def _cpu_worker(command: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        command + ["--cpu-workers", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
 
 
 def tlsearch_results(home):

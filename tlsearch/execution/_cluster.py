@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import math
 import os
 import shutil
 import signal
@@ -197,11 +198,25 @@ def dashboard_link(client: distributed.Client) -> str | None:
         return None
 
 
+def trial_capacity(client: distributed.Client) -> tuple[int, dict[str, float] | None]:
+    """How many trials the cluster runs at once, and what one trial asks of a worker.
+
+    On a cluster with GPU workers a trial asks for the smallest GPU share any worker offers, and only the
+    workers offering shares run trials, each as many as its shares hold (at most its threads): a mixed
+    cluster's CPU-only workers count for none, so no trial waits RUNNING for a GPU slot. Elsewhere a trial asks
+    for nothing and every worker thread runs one."""
+    workers = list(client.scheduler_info()["workers"].values())
+    shares = [w.get("resources", {}).get("GPU") or 0.0 for w in workers]
+    if not any(shares):
+        return sum(w["nthreads"] for w in workers), None
+    share = min(s for s in shares if s)
+    slots = sum(min(w["nthreads"], math.floor(s / share + 1e-9)) for w, s in zip(workers, shares))
+    return slots, {"GPU": share}
+
+
 def trial_resources(client: distributed.Client) -> dict[str, float] | None:
-    """What one trial asks of a worker: the smallest GPU share any worker offers, or nothing on CPU clusters."""
-    shares = [w.get("resources", {}).get("GPU") for w in client.scheduler_info()["workers"].values()]
-    shares = [share for share in shares if share]
-    return {"GPU": min(shares)} if shares else None
+    """What one trial asks of a worker (see trial_capacity): a GPU share, or nothing on CPU clusters."""
+    return trial_capacity(client)[1]
 
 
 class DatasetPrefetch(distributed.WorkerPlugin):

@@ -63,6 +63,7 @@ from tlsearch.storage._slots import ClaimedFolds, TrialSlots
 log = logging.getLogger(__name__)
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+CAPACITY_READ_INTERVAL = 5.0  # seconds between reads of the cluster's trial slots (one scheduler round trip)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,14 +91,13 @@ class Dispatcher:
         self.dataset_hash, self.fold_plan_hash = attrs[study_attrs.DATASET_HASH], attrs[study_attrs.FOLD_PLAN]
         self.n_trials, self.trial_timeout, self.fold_budget = budget.n_trials, budget.trial_timeout, budget.fold_budget
         self._started: dict[distributed.Future, float] = {}  # task -> when first seen on a worker (monotonic)
-        self.parallelism = budget.parallelism or max(
-            1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
-        )
+        self._fixed_parallelism = budget.parallelism  # None: follow the cluster's capacity as workers come and go
+        self._next_capacity_read = 0.0
+        self._read_capacity()
         self.running: dict[distributed.Future, tuple[int, int]] = {}  # task -> (trial_id, number)
         self.trials: dict[int, optuna.Trial] = {}  # trial_id -> the trial `ask` returned, to tell it
         self.split_trials: dict[int, fold_tasks.SplitTrial] = {}  # trial_id -> its tasks, if it runs as several
         self._n_folds = n_folds(stores, study)
-        self.resources = cluster.trial_resources(client)
         self.slots = TrialSlots(compat.storage_of(study), compat.study_id(study))
         self.folds = ClaimedFolds(compat.storage_of(study), compat.study_id(study))
         # A trial claims its k folds where the study keeps a fold counter: from its first run with a fold budget
@@ -157,6 +157,7 @@ class Dispatcher:
                 self._expire_slow_trials()
                 if time.monotonic() >= next_stale_check:  # a driver that died elsewhere: run its trials' retries
                     next_stale_check = time.monotonic() + self._check_stale()
+                self._follow_capacity()
                 self._fill()
                 if not self.running:
                     if self.policy.stopping or not self._running_elsewhere():
@@ -176,6 +177,24 @@ class Dispatcher:
                 self._abandon_running(self.policy.abandon_reason() or "the driver stopped")
             self.progress.close()
         return self.policy.end(Counter(t.state for t in self.study.get_trials(deepcopy=False)), self.folds.count())
+
+    def _read_capacity(self) -> None:
+        """Trials in flight at once (`parallelism`: the budget's, else the slots the cluster's workers offer, at
+        least one) and what each asks of a worker (`resources`: see cluster.trial_capacity)."""
+        slots, self.resources = cluster.trial_capacity(self.client)
+        self.parallelism = self._fixed_parallelism or max(1, slots)
+        self._next_capacity_read = time.monotonic() + CAPACITY_READ_INTERVAL
+
+    def _follow_capacity(self) -> None:
+        """Read the cluster's capacity again now and then: workers that join later (a batch queue's jobs, an
+        adaptive cluster) get trials, and the trials in flight never outnumber the slots that run them."""
+        if time.monotonic() < self._next_capacity_read:
+            return
+        before = self.parallelism
+        self._read_capacity()
+        if self.parallelism != before:
+            self.progress.parallelism = self.parallelism
+            self.progress.note(f"{self.parallelism} trials at a time (the cluster's workers changed)")
 
     def _check_stale(self) -> float:
         """Fail the trials of dead drivers; seconds until the next check (the heartbeat interval)."""
