@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import optuna
 import pytest
 from optuna.distributions import FloatDistribution
@@ -103,6 +104,7 @@ def test_intensify_is_checked():
 
 STUDY_FILE = """
 import numpy as np
+import numpy as np
 import optuna
 import tlsearch
 
@@ -142,3 +144,32 @@ def test_a_run_reevaluates_leading_trials_within_the_fold_budget(tmp_path, store
     assert cli.main(["best", "raced", *where, "--json"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
     assert row["number"] == pick(study).trial.number and row["n_evaluations"] >= 1
+
+
+class _PruneAll(optuna.pruners.BasePruner):
+    def prune(self, study, trial):
+        return True
+
+
+def test_a_reevaluation_trains_every_fold_whatever_the_pruner():
+    from tlsearch.cv import _evaluate as cv
+
+    spec = tlsearch.StudySpec(
+        name="s",
+        dataset="d",
+        space=lambda t: {"x": t.suggest_float("x", 0, 1)},
+        model=tlsearch.CustomLoop(lambda params, fold, report: params["x"]),
+        cv=3,
+        direction="maximize",
+        pruner=_PruneAll(),
+        intensify=2,
+    )
+    rows = np.arange(30, dtype=float).reshape(-1, 1)
+    arrays = {"X": rows, "y": rows[:, 0]}
+    folds = list(spec.cv_.split(rows, rows[:, 0]))
+    study = optuna.create_study(direction="maximize", pruner=spec.pruner_)
+    with pytest.raises(optuna.TrialPruned):
+        cv.evaluate(study.ask(), spec, arrays, folds)
+    study.enqueue_trial({"x": 0.5}, user_attrs={REEVALUATES: 0, REPEAT: 1})
+    assert cv.evaluate(study.ask(), spec, arrays, folds) == 0.5
+    assert study.trials[1].user_attrs["n_folds_run"] == 3

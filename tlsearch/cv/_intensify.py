@@ -17,6 +17,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+REEVALUATES = "reevaluates"  # user attribute of a re-evaluation trial: the number of the trial it re-runs
+REPEAT = "repeat"  # user attribute of a re-evaluation trial: which repeat (1, 2, ...) it is
+
 Evaluations = Mapping[int, Mapping[int, float]]  # trial number -> {repeat: that repeat's CV mean}
 
 

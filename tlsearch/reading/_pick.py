@@ -14,11 +14,10 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tlsearch.cv._intensify import Estimate, estimate, finite_scores, incumbent
+from tlsearch.cv._intensify import REEVALUATES, REPEAT, Estimate, estimate, finite_scores, incumbent
 from tlsearch.reading import _study_attrs as study_attrs
 
-REEVALUATES = "reevaluates"  # user attribute of a re-evaluation trial: the number of the trial it re-runs
-REPEAT = "repeat"  # user attribute of a re-evaluation trial: which repeat (1, 2, ...) it is
+__all__ = ["REEVALUATES", "REPEAT", "Pick", "evaluations", "pick", "reevaluated"]
 
 
 @dataclass(frozen=True)
