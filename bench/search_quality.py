@@ -21,6 +21,9 @@ studies trained in epochs, KFoldPruner(epochs=EpochPruning()) (+epochs: successi
 the first fold, then the fold rule) and, on the MLP, KerasTuner's Hyperband (same space via the study's own
 space function, max_epochs = the study's epochs, factor 3, trained on fold 0's training rows and scored on
 its validation rows, stopped at the same budget in epochs; its pick is then re-evaluated like the others).
+On every study, "intensify (N)" and "KFold+intensify N": no pruning or the default KFoldPruner with the
+noise-aware pick of tlsearch.cv._intensify (leading trials re-run on fresh seeds, up to N evaluations each,
+within the same budget; the pick is the incumbent, not the best CV mean).
 
 Measures, per study x strategy (means over seeds): compute in folds, fold-epochs and CPU-seconds; the pick
 (the best complete trial by CV mean) re-evaluated: its params trained again on all folds of 3 fresh fold
@@ -35,6 +38,8 @@ CPU cost on 2 shared cores: a synthetic search is about 1 CPU-s, a gboost one 20
 5 trials x 3 folds x 4 epochs about 50 CPU-s; the full Keras plans need hours there (a GPU or more cores).
     python bench/search_quality.py --studies synthetic synth-ep --seeds 20
     python bench/search_quality.py --studies synthetic --seeds 30 --more-compute 2 4   # + no pruning at 2x, 4x
+    python bench/search_quality.py --studies synthetic --seeds 20 --strategies "KFoldPruner (new)" \
+        "intensify (3)" "intensify (2)" "KFold+intensify 3" "KFold+intensify 2"        # the noise-aware pick
 """
 
 from __future__ import annotations
@@ -65,7 +70,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tlsearch.cv import _evaluate as cv  # noqa: E402
+from tlsearch.cv._intensify import incumbent, next_evaluation  # noqa: E402
 from tlsearch.cv._pruners import EpochPruneDecision, EpochPruning, KFoldPruner  # noqa: E402
+from tlsearch.seeds import derive_seed  # noqa: E402
 from tlsearch.spec._spec import CustomLoop, SklearnModel, StudySpec  # noqa: E402
 
 OLD_PRUNER_COMMIT = "014f684"
@@ -114,10 +121,27 @@ def strategies(n_folds: int, epochs: int | None) -> dict[str, Callable[[], optun
     if old is not None:
         chosen["KFoldPruner (old)"] = old
     chosen["KFoldPruner (new)"] = KFoldPruner
+    chosen["intensify (3)"] = Intensified(optuna.pruners.NopPruner, 3)
+    chosen["intensify (2)"] = Intensified(optuna.pruners.NopPruner, 2)
+    chosen["KFold+intensify 3"] = Intensified(KFoldPruner, 3)
+    chosen["KFold+intensify 2"] = Intensified(KFoldPruner, 2)
     if epochs:
         chosen["KFoldPruner+epochs"] = lambda: KFoldPruner(epochs=EpochPruning())
         chosen["KerasTuner Hyperband"] = "kerastuner"
     return chosen
+
+
+@dataclass(frozen=True)
+class Intensified:
+    """A strategy with the noise-aware pick (tlsearch.cv._intensify): `pruner` prunes the new trials as usual,
+    the leading trials earn re-evaluations (repeats of the whole CV on fresh seeds, never pruned, counted in the
+    budget) up to `max_repeats` evaluations each, and the pick is the incumbent instead of the best CV mean."""
+
+    pruner: Callable[[], optuna.pruners.BasePruner]
+    max_repeats: int = 3
+
+    def __call__(self) -> optuna.pruners.BasePruner:
+        return self.pruner()
 
 
 class _EveryEpoch:
@@ -322,30 +346,62 @@ def in_memory_study(spec: StudySpec) -> optuna.Study:
 
 
 def search(study: Study, make_pruner, seed: int, budget: int) -> Search:
-    """Run TPE trials until `budget` (folds, or fold-epochs for Keras) is spent; record the pick after each trial."""
+    """Run TPE trials until `budget` (folds, or fold-epochs for Keras) is spent; record the pick after each trial.
+    An `Intensified` strategy also runs the re-evaluations its rule asks for, within the same budget."""
     spec = study.make_spec(seed, make_pruner(), None)
     folds = list(spec.cv_.split(study.arrays["X"], study.arrays["y"]))
     optuna_study = in_memory_study(spec)
+    maximize = optuna_study.direction == optuna.study.StudyDirection.MAXIMIZE
+    evaluations: dict[int, dict[int, float]] = {}  # trial number -> {repeat: CV mean} (intensified only)
     done = Search()
     started = time.process_time()
     while study.spent(done) < budget:
         trial = optuna_study.ask()
         try:
-            optuna_study.tell(trial, cv.evaluate(trial, spec, study.arrays, folds))
+            value = cv.evaluate(trial, spec, study.arrays, folds)
+            optuna_study.tell(trial, value)
+            evaluations[trial.number] = {0: value}
         except optuna.TrialPruned:
             optuna_study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             done.pruned += 1
-        attrs = optuna_study.trials[trial.number].user_attrs
+        _count(study, done, optuna_study.trials[trial.number].user_attrs)
         done.trials += 1
-        done.folds += attrs["n_folds_run"]
-        done.fold_epochs += sum(attrs.get(f"split{k}_n_epochs", 1) for k in range(attrs["n_folds_run"]))
-        done.fold_epochs += attrs.get("prune_reason", {}).get("epoch", 0)  # the epochs of a fold stopped midway
-        best = _best_params(optuna_study)
+        if isinstance(make_pruner, Intensified):
+            while study.spent(done) < budget and (
+                step := next_evaluation(evaluations, maximize, make_pruner.max_repeats)
+            ):
+                number, repeat = step
+                params = optuna_study.trials[number].params
+                evaluations[number][repeat] = _reevaluate(study, seed, number, repeat, params, folds, done)
+            pick = incumbent(evaluations, maximize)
+            best = None if pick is None else dict(optuna_study.trials[pick].params)
+        else:
+            best = _best_params(optuna_study)
         if best is not None and (not done.picks or done.picks[-1][1] != best):
             done.picks.append((study.spent(done), best))
     done.cpu_seconds = time.process_time() - started
     done.complete = [t.params for t in optuna_study.get_trials(deepcopy=False, states=[TrialState.COMPLETE])]
     return done
+
+
+def _count(study: Study, done: Search, attrs: dict) -> None:
+    """Add one trial's folds and fold-epochs (from its user attributes) to `done`."""
+    done.folds += attrs["n_folds_run"]
+    done.fold_epochs += sum(attrs.get(f"split{k}_n_epochs", 1) for k in range(attrs["n_folds_run"]))
+    done.fold_epochs += attrs.get("prune_reason", {}).get("epoch", 0)  # the epochs of a fold stopped midway
+
+
+def _reevaluate(study: Study, seed: int, number: int, repeat: int, params: dict, folds, done: Search) -> float:
+    """Repeat `repeat` of trial `number`: its params on all folds with fresh seeds of its own (the seed names the
+    trial and the repeat, so no two evaluations share their noise), unpruned; its folds count in `done`."""
+    spec = study.make_spec(derive_seed(seed, "repeat", number, repeat), optuna.pruners.NopPruner(), None)
+    side = in_memory_study(spec)
+    side.enqueue_trial(params)
+    trial = side.ask()
+    value = cv.evaluate(trial, spec, study.arrays, folds)
+    side.tell(trial, value)
+    _count(study, done, side.trials[0].user_attrs)
+    return value
 
 
 class _HyperParametersAsTrial:

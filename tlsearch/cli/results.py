@@ -168,20 +168,11 @@ def _best(args) -> int:
     from tlsearch.reading import _trials_table as trials_table
 
     study = _load(args)
-    if args.json:  # the best trials' rows of `tlsearch trials --format json`: one naming for both
-        frame = trials_table.trials_frame(study)
-        best = frame[frame["number"].isin([t.number for t in _best_trials(study)])]
-        print(trials_table.format_frame(best, "json"))
+    if args.json:  # the pick's row of `tlsearch trials --format json` (+ its estimate): one naming for both
+        print(trials_table.format_frame(trials_table.best_frame(study), "json"))
     else:
         echo(trials_table.best_summary(study))
     return 0
-
-
-def _best_trials(study: optuna.Study):
-    try:
-        return study.best_trials
-    except ValueError:
-        return []
 
 
 def _trials(args) -> int:

@@ -28,6 +28,7 @@ from sklearn.model_selection._split import BaseCrossValidator
 from tlsearch import spaces
 from tlsearch._compat import optuna as compat
 from tlsearch.cv import _pruners as pruners
+from tlsearch.cv._intensify import REEVALUATES
 from tlsearch.cv._pruners import describe as describe_pruning
 from tlsearch.cv._pruners import prune_decision
 from tlsearch.data import FoldArrays, Folds
@@ -241,9 +242,11 @@ def _run_folds(
     artifact_store: Any,
 ) -> float | list[float]:
     kept: dict[str, np.ndarray] = {}
+    # A re-evaluation of a leading trial (StudySpec.intensify) trains every fold: the pick pairs whole repeats.
+    prunable = not spec.is_multi_objective and not (getattr(spec, "intensify", 0) and REEVALUATES in trial.user_attrs)
     for index, rows in enumerate(folds):
         fold = read_fold(rows, _fold_seed(spec, trial, index), trial.number)
-        fold.epoch_hook = pruners.epoch_hook(trial, index, len(folds)) if not spec.is_multi_objective else None
+        fold.epoch_hook = pruners.epoch_hook(trial, index, len(folds)) if prunable else None
         try:
             result = trainer.run(params, fold)
         except pruners.EpochPruned as pruned:
@@ -259,7 +262,7 @@ def _run_folds(
             recorder.write()
             continue
         recorder.write(report=_report_value(trial, recorder, result))
-        reason = prune_decision(trial, index, len(folds)) if index < len(folds) - 1 else None
+        reason = prune_decision(trial, index, len(folds)) if prunable and index < len(folds) - 1 else None
         if reason is not None:
             recorder.note({"prune_reason": reason})  # stored with the summaries: no extra write
             recorder.summarise()

@@ -33,6 +33,7 @@ from tlsearch.execution import _cluster as cluster
 from tlsearch.execution import _fold_tasks as fold_tasks
 from tlsearch.execution._heartbeat import Heartbeat
 from tlsearch.execution._progress import ETA_WINDOW, Progress
+from tlsearch.execution._reevaluations import Reevaluations
 from tlsearch.execution._retries import (
     fail_abandoned_trials,
     fail_and_retry,
@@ -106,6 +107,7 @@ class Dispatcher:
         counted = self.fold_budget is not None or self.folds.count() is not None
         self._folds_per_trial = self._n_folds if counted else 0  # the folds each trial claims
         self._killers: dict[int, str] = {}  # trial_id -> the worker that died under it alone
+        self.reevaluations = Reevaluations(study, spec.intensify)  # the leading trials' extra evaluations
         trials = study.get_trials(deepcopy=False)
         durations = [t.duration.total_seconds() for t in trials if t.state in DONE and t.duration is not None]
         self.progress = Progress(
@@ -257,6 +259,7 @@ class Dispatcher:
         with warnings.catch_warnings():
             # Optuna suggests Study.optimize for heartbeats; here the driver beats for every trial in flight.
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
+            self.reevaluations.enqueue_next()  # a leading trial's re-evaluation, if the rule asks for one
             trial = self.study.ask()
         trial_id = compat.trial_id(trial)
         job = TrialJob(
@@ -363,6 +366,8 @@ class Dispatcher:
             told = compat.storage_of(self.study).get_trial(trial_id)
             if told.state == TrialState.PRUNED:  # not failed meanwhile as stale elsewhere, which gave them back
                 release_untrained_folds(self.study, told, self._folds_per_trial)
+        if outcome.state == TrialState.COMPLETE and self.spec.intensify:
+            self.reevaluations.told(compat.storage_of(self.study).get_trial(trial_id))
         value = outcome.values[0] if outcome.values else None
         if outcome.state == TrialState.COMPLETE and self.progress.shows_best:
             self.progress.best = self._best()  # the line printed for this trial counts it

@@ -30,6 +30,7 @@ from tlsearch.errors import TLSearchError, UnsafeModelError
 from tlsearch.models import describe_target, import_keras
 from tlsearch.mongo import mask_uri
 from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.reading._pick import pick
 from tlsearch.reading._trials_table import number_attr
 from tlsearch.seeds import derive_seed
 from tlsearch.spec._spec import load_study_file
@@ -281,10 +282,10 @@ def _chosen_trial(study: optuna.Study, number: int | None) -> optuna.trial.Froze
         return trials[0]
     if len(study.directions) > 1:
         raise TLSearchError("a multi-objective study has several best trials: choose one with --trial N")
-    try:
-        return study.best_trial
-    except ValueError:
-        raise TLSearchError(f"study {study.study_name!r} has no complete trial yet") from None
+    picked = pick(study)
+    if picked is None:
+        raise TLSearchError(f"study {study.study_name!r} has no complete trial yet")
+    return picked.trial
 
 
 def _fit(spec, params: dict, arrays) -> tuple[object, float | None]:

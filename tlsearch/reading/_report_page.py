@@ -21,6 +21,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.reading._pick import pick
 from tlsearch.reading._trials_table import fold_scores, number_attr
 
 if TYPE_CHECKING:
@@ -131,16 +132,19 @@ def _render_answer(study: optuna.Study, trials: list[FrozenTrial]) -> str:
         return _render_pareto_answer(study)
     sign = 1 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1
     ranked = sorted(complete, key=lambda t: (sign * t.value, t.number))
-    best = ranked[0]
+    picked = pick(study)
+    best = ranked[0] if picked is None else picked.trial
     name = objective_names(study)[0]
     ties = sum(t.value == best.value for t in ranked)
     facts = [(name, f"{fmt(best.value)} ({study.direction.name.lower()})")]
+    if picked is not None and picked.estimate.n >= 2:
+        facts.append(("Estimate", f"{picked.estimate}: mean ± standard error over its CV repeats (the pick)"))
     if number_attr(best, "mean_test_score") is not None:
         facts.append(("CV mean ± std", _mean_std(best, "score")))
     runner_up = next((t for t in ranked if t.value != best.value), None)
     if runner_up is not None:
         facts.append(("Runner-up", f"trial #{runner_up.number}: {_mean_std(runner_up, 'score', runner_up.value)}"))
-    if ties > 1:
+    if ties > 1 and (picked is None or picked.estimate.n < 2):
         facts.append(("Ties", f"{ties} trials share the best value; this is the lowest-numbered"))
     scores = fold_scores(best)
     folds = html_table([f"fold {k}" for k in scores], [[fmt(v) for v in scores.values()]], "folds")

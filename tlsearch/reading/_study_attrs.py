@@ -21,6 +21,7 @@ DATASET_HASH = "tlsearch:dataset_hash"
 FOLD_PLAN = "tlsearch:fold_plan_hash"
 STUDY_FILE = "tlsearch:study_file"
 STOP = "tlsearch:stop_requested"
+INTENSIFIED = "tlsearch:intensified"  # set once a leading trial was re-evaluated: the pick reads the trials
 
 
 def load(stores: Stores, name: str, spec=None) -> optuna.Study:

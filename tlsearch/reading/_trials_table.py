@@ -19,6 +19,7 @@ from tlsearch._text import csv_cell, printable
 from tlsearch.cv._pruners import describe as describe_prune_reason
 from tlsearch.errors import TLSearchError
 from tlsearch.reading import _study_attrs as study_attrs
+from tlsearch.reading._pick import pick
 from tlsearch.reading._summary import summarize_trials
 from tlsearch.storage._slots import folds_claimed
 from tlsearch.stores._stores import Stores
@@ -420,14 +421,18 @@ def format_rows(rows: list[dict], fmt: str = "table") -> str:
 
 
 def best_summary(study: optuna.Study) -> str:
-    """The best trial(s): params, mean ± std CV score, per-fold scores. One objective: the lowest-numbered of
-    the best (read by the store on MongoDB, with no trial loaded)."""
+    """The best trial(s): params, mean ± std CV score, per-fold scores. One objective: the pick
+    (`tlsearch.reading._pick`: the lowest-numbered of the best, read by the store with no trial loaded on MongoDB,
+    unless the study was intensified), with its estimate over all its evaluations where it has several."""
     lines = []
+    picked = None
     if len(study.directions) == 1:
-        summary = summarize_trials(study)
-        best = [] if summary.best_number is None else [study.best_trial]
-        if summary.best_ties > 1:
-            lines.append(f"{summary.best_ties} trials tie for the best value; showing the lowest-numbered")
+        picked = pick(study)
+        best = [] if picked is None else [picked.trial]
+        if picked is not None and picked.estimate.n < 2:
+            summary = summarize_trials(study)
+            if summary.best_ties > 1:
+                lines.append(f"{summary.best_ties} trials tie for the best value; showing the lowest-numbered")
     else:
         best = study.best_trials
     if not best:
@@ -435,6 +440,8 @@ def best_summary(study: optuna.Study) -> str:
     for trial in best[:5]:
         values = ", ".join(_text(v) for v in trial.values)
         lines.append(f"best trial #{trial.number}: value {values}")
+        if picked is not None and picked.estimate.n >= 2:
+            lines.append(f"  estimate: {picked.estimate} (mean ± standard error over its CV repeats)")
         mean = number_attr(trial, "mean_test_score")
         if mean is not None:
             std = number_attr(trial, "std_test_score")
@@ -445,6 +452,23 @@ def best_summary(study: optuna.Study) -> str:
         for name, value in trial.params.items():
             lines.append(f"  {printable(name)} = {printable(repr(value))}")
     return "\n".join(lines)
+
+
+def best_frame(study: optuna.Study):
+    """`tlsearch best --json`'s rows: the pick's row of `trials_frame` (with `estimate_mean`,
+    `estimate_standard_error` and `n_evaluations`), or the Pareto front's rows for several objectives."""
+    frame = trials_frame(study)
+    if len(study.directions) > 1:
+        numbers = [t.number for t in study.best_trials]
+        return frame[frame["number"].isin(numbers)]
+    picked = pick(study)
+    if picked is None:
+        return frame.iloc[0:0]
+    row = frame[frame["number"] == picked.trial.number].copy()
+    row["estimate_mean"] = picked.estimate.mean
+    row["estimate_standard_error"] = picked.estimate.standard_error
+    row["n_evaluations"] = picked.estimate.n
+    return row
 
 
 def study_status(study: optuna.Study) -> dict:

@@ -87,6 +87,9 @@ class StudySpec:
     n_trials is the total to reach, counting trials already in the study store; timeout is in seconds.
     fold_budget is the folds to train in total, counting earlier runs' (see `tlsearch.run`): no trial starts
     unless its k folds fit in what is left.
+    intensify is the most evaluations a leading trial earns (0: off, the default; see
+    docs/guides/kfold-and-pruning.md): with N >= 2 the driver re-runs leading trials' CV on fresh seeds, up to N
+    times each, and the pick (`tlsearch best`, the report, refit) is the noise-aware incumbent.
     trial_timeout (seconds) fails a trial that runs longer as TrialTimeout and restarts its worker.
     retries is how many times the dispatcher re-runs a trial lost to an infrastructure failure.
     fold_parallel="auto" runs a trial's folds as several tasks when workers would otherwise sit idle (fewer
@@ -111,6 +114,7 @@ class StudySpec:
     timeout: float | None = None
     trial_timeout: float | None = None
     fold_budget: int | None = None
+    intensify: int = 0
     seed: int = 0
     retries: int = 2
     return_train_score: bool = False
@@ -161,6 +165,11 @@ class StudySpec:
             self.fold_budget is None or (is_int(self.fold_budget) and self.fold_budget >= 1),
             "StudySpec.fold_budget",
             f"must be an int >= 1 (folds to train in total) or None, got {self.fold_budget!r}",
+        )
+        require(
+            is_int(self.intensify) and (self.intensify == 0 or self.intensify >= 2),
+            "StudySpec.intensify",
+            f"must be 0 (off) or an int >= 2 (evaluations of a leading trial at most), got {self.intensify!r}",
         )
         require(
             self.timeout is None
@@ -214,6 +223,11 @@ class StudySpec:
             len(self.directions_) == 1 or isinstance(self.pruner_, optuna.pruners.NopPruner),
             "StudySpec.pruner",
             "Optuna cannot prune multi-objective studies: leave pruner unset or use NopPruner()",
+        )
+        require(
+            len(self.directions_) == 1 or not self.intensify,
+            "StudySpec.intensify",
+            "a multi-objective study has no single pick to intensify: leave intensify at 0",
         )
 
     @property
