@@ -282,8 +282,9 @@ class Stopwatch:
         setattr(owner, name, timed)
 
 
-def breakdown(kind: str, args, home: Path) -> dict[str, float]:
-    """Median seconds per trial in each part of a tlsearch trial, in one process (threads-only cluster).
+def breakdown(kind: str, args, home: Path) -> dict[str, tuple[float, float]]:
+    """Seconds in each part of a tlsearch trial, the first trial's and the median of the later ones, in one process
+    (threads-only cluster).
 
     A trial's parts are summed from the engine's own functions, timed in place; a trial begins where its
     task opens the trial; "trial" is its duration in the study store (driver's ask to tell)."""
@@ -354,7 +355,9 @@ def breakdown(kind: str, args, home: Path) -> dict[str, float]:
         row["trial (store: ask to tell)"] = duration
         rows.append(row)
     later = rows[1:] or rows
-    return {label: statistics.median(row.get(label, 0.0) for row in later) for label in later[0]}
+    return {
+        label: (rows[0].get(label, 0.0), statistics.median(row.get(label, 0.0) for row in later)) for label in later[0]
+    }
 
 
 # --- the tables ---------------------------------------------------------------------------------------------------
@@ -428,10 +431,11 @@ def run_backend(args) -> None:
                 parts = breakdown(kind, args, Path(home))
             print(
                 f"{os.environ.get('KERAS_BACKEND', 'tensorflow')} / {kind}: where a tlsearch trial's time goes "
-                f"(one process, median of trials 2..{args.trials}, s; load {load_start} -> {load()})"
+                f"(one process, s; load {load_start} -> {load()})"
             )
-            for label, seconds in sorted(parts.items(), key=lambda item: -item[1]):
-                print(f"  {label:32} {seconds:7.3f}")
+            print(f"  {'':32} {'trial 1':>8} {f'2..{args.trials}':>8}")
+            for label, (first, later) in sorted(parts.items(), key=lambda item: -item[1][1]):
+                print(f"  {label:32} {first:8.3f} {later:8.3f}")
         sys.stdout.flush()
 
 
