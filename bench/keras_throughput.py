@@ -447,7 +447,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--modes", default="plain,seeded,warm,tlsearch,breakdown")
-    parser.add_argument("--quick", action="store_true", help="3 trials, no seeded row, no breakdown (about 12 min at load 4-8 on 2 cores)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="3 trials, no seeded row, no breakdown (about 12 min at load 4-8 on 2 cores)",
+    )
     parser.add_argument("--child", choices=("plain", "seeded", "warm"), help=argparse.SUPPRESS)
     parser.add_argument("--in-backend", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
