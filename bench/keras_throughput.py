@@ -450,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="3 trials, no seeded row, no breakdown (about 12 min at load 4-8 on 2 cores)",
+        help="3 trials, no seeded row, no breakdown (13 min at load 4-8 on 2 cores)",
     )
     parser.add_argument("--child", choices=("plain", "seeded", "warm"), help=argparse.SUPPRESS)
     parser.add_argument("--in-backend", action="store_true", help=argparse.SUPPRESS)
