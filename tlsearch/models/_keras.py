@@ -1,7 +1,8 @@
 """Keras adapter: build a compiled model per fold, fit it on the fold's rows, score it, free it with the trial.
 
 Keras is imported here, on first use, so scikit-learn studies never pay for TensorFlow. Only the Keras 3
-API is used, so KERAS_BACKEND (tensorflow by default, jax, torch) picks the backend.
+API is used, so KERAS_BACKEND (tensorflow by default, or jax) picks the backend; others are refused
+(`_keras_backend.check_backend`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from tlsearch.models import _keras_reuse as reuse
 from tlsearch.models._base import Fold, FoldResult, ModelKind, SpecView, is_class_labels
 from tlsearch.models._checks import is_int, require
 from tlsearch.models._keras_backend import (
+    check_backend,
     clear_session,
     custom_gradient_names,
     forget_custom_gradients,
     forget_kernels,
     import_keras,
+    requested_backend,
     set_random_seed,
 )
 from tlsearch.models._sklearn import resolve_scorer
@@ -378,6 +381,7 @@ class KerasModel(ModelKind):
     callbacks: Callable[[int, int], Sequence[Any]] | None = None
 
     def __post_init__(self) -> None:
+        check_backend(requested_backend())  # refused where the study is declared, before any trial
         require(
             callable(self.build),
             "KerasModel.build",
