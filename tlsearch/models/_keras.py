@@ -96,6 +96,20 @@ def non_finite_loss_message(loss: float, epoch: int, x: np.ndarray, y: np.ndarra
     )
 
 
+def _numpy_reseeder(keras: Any, seed: int) -> Any:
+    class NumpyReseeder(keras.callbacks.Callback):
+        """Seeds NumPy's global stream again as training begins, after Keras' set-up in fit.
+
+        Keras shuffles arrays with that stream on JAX (np.random.permutation each epoch), and the first fit of a
+        model not yet built draws one permutation more, for the batch it builds the model on: without this, a
+        reused model (see _reuse_trained) would see other shuffles than the fresh one it stands in for."""
+
+        def on_train_begin(self, logs: dict | None = None) -> None:
+            np.random.seed(seed)
+
+    return NumpyReseeder()
+
+
 class _KerasClassifierView:
     """Just enough of a scikit-learn classifier around a trained Keras model for scikit-learn scorers."""
 
@@ -277,7 +291,8 @@ class KerasTrainer:
                     monitor="val_loss", patience=spec.early_stopping, restore_best_weights=True
                 )
             )
-        callbacks = [_non_finite_loss_guard(keras, x, y), *early_stopping, *user_callbacks]
+        reseed = _numpy_reseeder(keras, seed)
+        callbacks = [reseed, _non_finite_loss_guard(keras, x, y), *early_stopping, *user_callbacks]
         model = self._build(keras, params)
         if spec.callbacks is None and model.steps_per_execution == 1:
             model.steps_per_execution = STEPS_PER_EXECUTION
