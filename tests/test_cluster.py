@@ -74,6 +74,7 @@ def test_worker_command_joins_a_scheduler_and_runs_trials(tmp_path):
 
 
 PACKED = """
+import os
 import time
 
 LOG = LOG_PATH
@@ -83,8 +84,10 @@ import tlsearch
 def fit(params, fold, report):
     started = time.time()
     time.sleep(1.5)
-    with open(LOG, "a") as log:  # when each fold ran, as the worker saw it
-        log.write(f"{fold.trial_number} {started} {time.time()}\\n")
+    memory = [os.environ.get(name, "-") for name in ("TF_FORCE_GPU_ALLOW_GROWTH", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                                                     "XLA_PYTHON_CLIENT_MEM_FRACTION")]
+    with open(LOG, "a") as log:  # when each fold ran, and its GPU memory settings, as the worker saw them
+        log.write(f"{fold.trial_number} {started} {time.time()} {' '.join(memory)}\\n")
     return float(params["x"])
 
 study = tlsearch.StudySpec(name="packed", dataset="sklearn:iris", model=tlsearch.CustomLoop(fit),
@@ -109,7 +112,7 @@ def test_two_trials_share_one_gpu_and_a_third_waits(tmp_path):
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
-            env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"},
+            env={**_without_gpu_memory_settings(os.environ), "CUDA_VISIBLE_DEVICES": "0"},
         )
         try:
             with distributed.Client(empty) as client:
@@ -130,7 +133,9 @@ def test_two_trials_share_one_gpu_and_a_third_waits(tmp_path):
     assert len({t.user_attrs["worker"] for t in trials}) == 2
     spans: dict[str, list[float]] = {}
     for line in (tmp_path / "folds.log").read_text().splitlines():
-        number, started, ended = line.split()
+        number, started, ended, *memory = line.split()
+        # each packed worker's own TensorFlow and JAX memory settings (JAX: half the GPU, less the CUDA contexts)
+        assert memory == ["true", "false", "0.450"], line
         span = spans.setdefault(number, [float(started), float(ended)])
         span[:] = [min(span[0], float(started)), max(span[1], float(ended))]
     running_at = [sum(s <= start < e for s, e in spans.values()) for start, _ in spans.values()]
@@ -239,6 +244,11 @@ def _cpu_worker(command: list[str]) -> subprocess.Popen:
         start_new_session=True,
         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
     )
+
+
+def _without_gpu_memory_settings(environ) -> dict:
+    names = ("TF_FORCE_GPU_ALLOW_GROWTH", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+    return {name: value for name, value in environ.items() if name not in names}
 
 
 def tlsearch_results(home):

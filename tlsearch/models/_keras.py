@@ -1,7 +1,8 @@
 """Keras adapter: build a compiled model per fold, fit it on the fold's rows, score it, free it with the trial.
 
 Keras is imported here, on first use, so scikit-learn studies never pay for TensorFlow. Only the Keras 3
-API is used, so KERAS_BACKEND (tensorflow by default, jax, torch) picks the backend.
+API is used, so KERAS_BACKEND (tensorflow by default, or jax) picks the backend; others are refused
+(`_keras_backend.check_backend`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from tlsearch.models import _keras_reuse as reuse
 from tlsearch.models._base import Fold, FoldResult, ModelKind, SpecView, is_class_labels
 from tlsearch.models._checks import is_int, require
 from tlsearch.models._keras_backend import (
+    check_backend,
     clear_session,
     custom_gradient_names,
     forget_custom_gradients,
     forget_kernels,
     import_keras,
+    requested_backend,
     set_random_seed,
 )
 from tlsearch.models._sklearn import resolve_scorer
@@ -91,6 +94,20 @@ def non_finite_loss_message(loss: float, epoch: int, x: np.ndarray, y: np.ndarra
         f"training loss is {loss} at epoch {epoch}: the training data is finite, so training diverged: lower the "
         "learning rate, scale the features or labels, or check that the loss suits the labels"
     )
+
+
+def _numpy_reseeder(keras: Any, seed: int) -> Any:
+    class NumpyReseeder(keras.callbacks.Callback):
+        """Seeds NumPy's global stream again as training begins, after Keras' set-up in fit.
+
+        Keras shuffles arrays with that stream on JAX (np.random.permutation each epoch), and the first fit of a
+        model not yet built draws one permutation more, for the batch it builds the model on: without this, a
+        reused model (see _reuse_trained) would see other shuffles than the fresh one it stands in for."""
+
+        def on_train_begin(self, logs: dict | None = None) -> None:
+            np.random.seed(seed)
+
+    return NumpyReseeder()
 
 
 class _KerasClassifierView:
@@ -274,7 +291,8 @@ class KerasTrainer:
                     monitor="val_loss", patience=spec.early_stopping, restore_best_weights=True
                 )
             )
-        callbacks = [_non_finite_loss_guard(keras, x, y), *early_stopping, *user_callbacks]
+        reseed = _numpy_reseeder(keras, seed)
+        callbacks = [reseed, _non_finite_loss_guard(keras, x, y), *early_stopping, *user_callbacks]
         model = self._build(keras, params)
         if spec.callbacks is None and model.steps_per_execution == 1:
             model.steps_per_execution = STEPS_PER_EXECUTION
@@ -378,6 +396,7 @@ class KerasModel(ModelKind):
     callbacks: Callable[[int, int], Sequence[Any]] | None = None
 
     def __post_init__(self) -> None:
+        check_backend(requested_backend())  # refused where the study is declared, before any trial
         require(
             callable(self.build),
             "KerasModel.build",

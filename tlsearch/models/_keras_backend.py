@@ -5,16 +5,48 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from tlsearch._compat import tensorflow as tensorflow_compat
+from tlsearch.errors import TLSearchError
 from tlsearch.models._fold_random import seed_thread
 
 _keras_ready = False
 _import_lock = threading.Lock()  # the worker set-up imports Keras in a thread of its own
 _cpu_threads: int | None = None  # set in worker processes: see prepare_worker
+
+# The Keras backends tlsearch trains on, each tested by the suite (tests/test_keras_backends.py runs on both).
+SUPPORTED_BACKENDS = ("tensorflow", "jax")
+
+
+def requested_backend() -> str:
+    """The Keras backend this process uses or will use, found without importing Keras: the imported Keras' own,
+    else $KERAS_BACKEND, else the "backend" of Keras' config file ($KERAS_HOME or ~/.keras, keras.json), else
+    TensorFlow (Keras' default)."""
+    keras = sys.modules.get("keras")
+    if keras is not None and hasattr(getattr(keras, "backend", None), "backend"):
+        return keras.backend.backend()
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    config = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras") / "keras.json"
+    try:
+        return str(json.loads(config.read_text()).get("backend") or "tensorflow")
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
+
+
+def check_backend(name: str) -> None:
+    """Refuse, in one line, a Keras backend tlsearch does not train on (PyTorch, NumPy, OpenVINO)."""
+    if name not in SUPPORTED_BACKENDS:
+        raise TLSearchError(
+            f"Keras backend {name!r} is not supported by tlsearch (its Keras trainer runs on TensorFlow or JAX "
+            "only; PyTorch's is untested): set KERAS_BACKEND=tensorflow or KERAS_BACKEND=jax"
+        )
 
 
 def prepare_worker(cpu_threads: int) -> None:
@@ -30,10 +62,12 @@ def prepare_worker(cpu_threads: int) -> None:
 
 
 def import_keras() -> Any:
-    """Import keras once per process, with GPU memory allocated on demand rather than all at start."""
+    """Import keras once per process, with GPU memory allocated on demand rather than all at start; a backend
+    other than TensorFlow or JAX is refused (TLSearchError)."""
     global _keras_ready
     with _import_lock:
         if not _keras_ready:
+            check_backend(requested_backend())  # before the import: Keras on torch imports torch at once
             _prepare_backend()
             if _cpu_threads is not None:
                 gc.freeze()

@@ -162,6 +162,10 @@ def load_initial_state(model: Any, fresh: Any) -> bool:
         tuple(mine.shape) != tuple(theirs.shape) for mine, theirs in pairs
     ):
         return False
+    import keras
+
+    on_jax = keras.backend.backend() == "jax"
     for mine, theirs in pairs:
-        mine.assign(theirs)
+        # A copy on JAX: assign would share `theirs`' buffer, which the next training step donates (deletes).
+        mine.assign(keras.ops.copy(theirs.value) if on_jax else theirs)
     return True
