@@ -104,7 +104,6 @@ def test_intensify_is_checked():
 
 STUDY_FILE = """
 import numpy as np
-import numpy as np
 import optuna
 import tlsearch
 
@@ -123,12 +122,16 @@ study = tlsearch.StudySpec(
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("store", ["local", "mongo"])
-def test_a_run_reevaluates_leading_trials_within_the_fold_budget(tmp_path, store, request, capsys):
+@pytest.mark.parametrize(("store", "given"), [("local", "file"), ("mongo", "file"), ("local", "flag")])
+def test_a_run_reevaluates_leading_trials_within_the_fold_budget(tmp_path, store, given, request, capsys):
     study_file = tmp_path / "raced.py"
-    study_file.write_text(STUDY_FILE)
     where, stores = _stores(store, request, tmp_path)
     args = ["--workers", "1", "--progress", "log", "--no-report", *where]
+    if given == "flag":  # `run --intensify 3` on a study file that does not intensify
+        study_file.write_text(STUDY_FILE.replace("intensify=3, ", ""))
+        args += ["--intensify", "3"]
+    else:
+        study_file.write_text(STUDY_FILE)
     assert cli.main(["run", str(study_file), "--fold-budget", "24", *args]) == 0
     study = study_attrs.load(stores, "raced")
     trials = study.get_trials(deepcopy=False)
@@ -144,6 +147,18 @@ def test_a_run_reevaluates_leading_trials_within_the_fold_budget(tmp_path, store
     assert cli.main(["best", "raced", *where, "--json"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
     assert row["number"] == pick(study).trial.number and row["n_evaluations"] >= 1
+    frame = tlsearch.results("raced", mongo=stores.mongo, database=stores.database, home=stores.home, best=True)
+    estimate = ["number", "estimate_mean", "estimate_standard_error", "n_evaluations"]
+    assert frame[estimate].to_dict("records") == [pytest.approx({key: row[key] for key in estimate})]  # best --json
+
+
+def test_a_bad_intensify_flag_is_one_line(tmp_path, capsys):
+    study_file = tmp_path / "raced.py"
+    study_file.write_text(STUDY_FILE)
+    assert cli.main(["run", str(study_file), "--intensify", "1", "--home", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "StudySpec.intensify" in err and "got 1" in err
+    assert not list(tmp_path.glob("**/*.journal*"))  # refused before any study is made
 
 
 class _PruneAll(optuna.pruners.BasePruner):

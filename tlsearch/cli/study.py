@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -85,6 +86,13 @@ def _driver_options() -> argparse.ArgumentParser:
         "folds fit; pruned and failed trials count only the folds they trained (default: the study file's)",
     )
     parser.add_argument(
+        "--intensify",
+        type=int,
+        metavar="N",
+        help="re-run leading trials' CV on fresh seeds, up to N evaluations each (N >= 2; 0: off), and pick the "
+        "best by all its evaluations; re-runs count in --fold-budget (default: the study file's intensify)",
+    )
+    parser.add_argument(
         "--timeout",
         type=seconds,
         metavar="S",
@@ -135,6 +143,8 @@ def _drive(args, spec, name: str, study_file, resume: bool) -> int:
     from tlsearch.reading import _trials_table as trials_table
 
     stores = stores_of(args)
+    if args.intensify is not None:
+        spec = dataclasses.replace(spec, intensify=args.intensify)  # checked as the study file's would be
     result = driver.drive(
         spec,
         stores=stores,

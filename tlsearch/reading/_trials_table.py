@@ -76,10 +76,13 @@ def results(
     database: str | None = None,
     home=None,
     states: tuple[TrialState, ...] | None = None,
+    best: bool = False,
 ):
     """The trials of study `name` as a pandas DataFrame, one row per trial (what `tlsearch trials --format csv`
-    writes)."""
-    return trials_frame(study_attrs.load(Stores.resolve(mongo, database, home), name), states)
+    writes). `best=True`: only the pick's row, with its estimate columns (what `tlsearch best --json` writes;
+    the Pareto front's rows with several objectives)."""
+    study = study_attrs.load(Stores.resolve(mongo, database, home), name)
+    return best_frame(study).reset_index(drop=True) if best else trials_frame(study, states)
 
 
 def trials_frame(
