@@ -49,11 +49,17 @@ study = tlsearch.StudySpec(
 
 
 @pytest.mark.slow
-def test_a_keras_study_runs_prunes_refits_and_predicts_on_the_backend_named(tmp_path, mongo_uri, mongo_db_name):
+def test_a_keras_study_runs_prunes_refits_and_predicts_on_the_backend_named(
+    tmp_path, mongo_uri, mongo_db_name, monkeypatch
+):
     """`tlsearch run` on a local cluster against the test MongoDB: a study with epoch pruning whose trials reuse
-    one traced model across folds and trials, then `tlsearch refit`, `load_model` and `predict` (labels)."""
+    one traced model across folds and trials, then `tlsearch refit`, `load_model` and `predict` (labels). On
+    JAX, the workers keep their compiled programs in the host cache."""
     import tlsearch
     from tlsearch import cli
+
+    monkeypatch.setenv("TLSEARCH_CACHE_DIR", str(tmp_path / "cache"))  # the workers' host cache
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
 
     study_file = tmp_path / "study.py"
     log = tmp_path / "backends.log"
@@ -64,6 +70,8 @@ def test_a_keras_study_runs_prunes_refits_and_predicts_on_the_backend_named(tmp_
     built = [line.split() for line in log.read_text().splitlines()]
     assert {backend for _, backend in built} == {EXPECTED}, built
     assert all(int(pid) != os.getpid() for pid, _ in built)  # trained in the worker, not here
+    compiled = list((tmp_path / "cache" / "jax").glob("*-cache"))  # JAX's own naming of an entry
+    assert bool(compiled) == (EXPECTED == "jax"), compiled
 
     from tlsearch.reading import _study_attrs as study_attrs
     from tlsearch.stores._stores import Stores

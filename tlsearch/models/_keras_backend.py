@@ -82,6 +82,8 @@ def _prepare_backend() -> None:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import keras
 
+    if keras.backend.backend() == "jax":
+        _keep_jax_compilations()
     if keras.backend.backend() != "tensorflow":
         return
     import tensorflow as tf  # already imported by keras: costs nothing more
@@ -97,6 +99,26 @@ def _prepare_backend() -> None:
             tf.config.threading.set_inter_op_parallelism_threads(_cpu_threads)
         except RuntimeError:  # TensorFlow already ran an operation here: its thread pools stay as they are
             pass
+
+
+JAX_COMPILATIONS_MAX_BYTES = 2**30
+
+
+def _keep_jax_compilations() -> None:
+    """Keep JAX's compiled programs on disk in this host's cache (`<cache_dir>/jax`, at most 1 GiB, least
+    recently used dropped first), so that a process's first trial of a model structure that another worker on
+    this host, or an earlier run, compiled loads the program instead of compiling it (a digits MLP fold: 2.7 s
+    compiling, 0.6 s loading). A cache the user set up (JAX_COMPILATION_CACHE_DIR) is left as it is."""
+    import jax
+
+    from tlsearch.config import Settings
+
+    if jax.config.jax_compilation_cache_dir:
+        return
+    jax.config.update("jax_compilation_cache_dir", str(Settings.resolve().cache_dir / "jax"))
+    # A size limit also makes JAX lock the folder, so that workers never read an entry another is writing.
+    jax.config.update("jax_compilation_cache_max_size", JAX_COMPILATIONS_MAX_BYTES)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # small models compile in under 1 s
 
 
 def set_random_seed(keras: Any, seed: int) -> None:
