@@ -23,7 +23,9 @@ space function, max_epochs = the study's epochs, factor 3, trained on fold 0's t
 its validation rows, stopped at the same budget in epochs; its pick is then re-evaluated like the others).
 On every study, "intensify (N)" and "KFold+intensify N": no pruning or the default KFoldPruner with the
 noise-aware pick of tlsearch.cv._intensify (leading trials re-run on fresh seeds, up to N evaluations each,
-within the same budget; the pick is the incumbent, not the best CV mean).
+within the same budget; the pick is the incumbent, not the best CV mean). Where Ray is importable, "Ray ASHA"
+and "Ray FIFO": Ray Tune's Tuner with OptunaSearch, ASHA on folds or no scheduler (bench/ray_peer.py; their
+CPU column is the search's wall time, since Ray's trials run in its worker processes).
 
 Measures, per study x strategy (means over seeds): compute in folds, fold-epochs and CPU-seconds; the pick
 (the best complete trial by CV mean) re-evaluated: its params trained again on all folds of 3 fresh fold
@@ -78,6 +80,7 @@ from tlsearch.spec._spec import CustomLoop, SklearnModel, StudySpec  # noqa: E40
 OLD_PRUNER_COMMIT = "014f684"
 REACH = 0.005  # "within 0.5% of the best known"
 REEVALUATIONS = 3
+DEFAULT = "KFoldPruner (new)"  # tlsearch's default strategy: the other rows are paired with it
 
 
 def old_kfold_pruner_class() -> type | None:
@@ -128,7 +131,15 @@ def strategies(n_folds: int, epochs: int | None) -> dict[str, Callable[[], optun
     if epochs:
         chosen["KFoldPruner+epochs"] = lambda: KFoldPruner(epochs=EpochPruning())
         chosen["KerasTuner Hyperband"] = "kerastuner"
+    if ray_installed():
+        chosen["Ray ASHA"] = "ray-asha"
+        chosen["Ray FIFO"] = "ray-fifo"
     return chosen
+
+
+def ray_installed() -> bool:
+    """Whether Ray Tune's rows can run (bench/ray_peer.py says how to put Ray beside the environment)."""
+    return importlib.util.find_spec("ray") is not None
 
 
 @dataclass(frozen=True)
@@ -590,10 +601,12 @@ def print_table(rows: list[dict]) -> None:
     print()
     print(
         f"{'study':10} {'strategy':18} {'trials':>6} {'pruned':>6} {'folds':>6} {'fold-ep':>7} {'CPU s':>7} "
-        f"{'re-eval':>8} {'regret':>8} {'regret/none':>11} {'oracle':>7} {'reach 0.5%':>10} {'seeds reached':>13}"
+        f"{'re-eval':>8} {'regret':>8} {'regret/none':>11} {'- default (se)':>16} {'oracle':>7} {'reach 0.5%':>10} "
+        f"{'seeds reached':>13}"
     )
     for row in rows:
         base = next(r for r in rows if r["study"] == row["study"] and r["strategy"] == "no pruning")
+        default = next((r for r in rows if r["study"] == row["study"] and r["strategy"] == DEFAULT), None)
         ratio = row["regret"] / base["regret"] if base["regret"] > 0 else float("nan")
         reach = row["reach"]
         reached = [spent for spent in reach if spent is not None] if reach is not None else []
@@ -603,14 +616,26 @@ def print_table(rows: list[dict]) -> None:
         print(
             f"{row['study']:10} {row['strategy']:18} {row['trials']:6.1f} {row['pruned']:6.0%} "
             f"{row['folds']:6.0f} {row['fold_epochs']:7.0f} {row['cpu']:7.1f} {row['score']:8.4f} "
-            f"{row['regret']:8.4f} {ratio:11.2f} {oracle_text} {reach_text} {seeds_text:>13}"
+            f"{row['regret']:8.4f} {ratio:11.2f} {_paired(row, default):>16} {oracle_text} {reach_text} "
+            f"{seeds_text:>13}"
         )
     print(
         "(means over seeds; compute budget equal per study: pruning strategies run more trials; 'regret/none' is "
         "the regret's ratio to no pruning; 'oracle': the regret of the best complete trial by its truth, what a "
         "perfect pick among the trials run would give (synthetic studies); 'reach 0.5%': compute (folds, or fold-epochs for studies trained in "
-        "epochs) spent when the pick was first within 0.5% of the best known, over the seeds that got there)"
+        "epochs) spent when the pick was first within 0.5% of the best known, over the seeds that got there; "
+        "'- default (se)': the mean over seeds of the regret minus the default KFoldPruner's on the same seed, "
+        "with its standard error: a difference within about 2 se is noise)"
     )
+
+
+def _paired(row: dict, default: dict | None) -> str:
+    """`row`'s regret minus the default's, paired by seed: 'mean (se)', or '-' without a default row."""
+    if default is None or row is default or len(row["regrets"]) != len(default["regrets"]):
+        return "-"
+    differences = [mine - theirs for mine, theirs in zip(row["regrets"], default["regrets"], strict=True)]
+    se = statistics.stdev(differences) / math.sqrt(len(differences)) if len(differences) > 1 else math.nan
+    return f"{statistics.mean(differences):+.4f} ({se:.4f})"
 
 
 # ---------------------------------------------------------------- main
@@ -658,6 +683,10 @@ def run_search(name: str, keras_epochs: int | None, key: str, seed: int, budget:
     make_pruner = strategies(study.n_folds, study.epochs)[key]
     if make_pruner == "kerastuner":
         return kerastuner_search(study, seed, budget)
+    if make_pruner in ("ray-asha", "ray-fifo"):
+        from ray_peer import ray_search
+
+        return ray_search(study, seed, budget, make_pruner.removeprefix("ray-"), keras_epochs)
     return search(study, make_pruner, seed, budget)
 
 
@@ -724,6 +753,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{', '.join(QUICK_KERAS_STRATEGIES)} only and 1 re-evaluation: it shows the benchmark runs, its "
             "figures are not the benchmark's"
         )
+    if not ray_installed():
+        print("note: no Ray Tune rows: ray is not importable (bench/ray_peer.py says how to add it)")
     keras_epochs = args.epochs or (QUICK_EPOCHS if args.quick else None)
     started = time.monotonic()
     jobs = Jobs(max(1, args.jobs))
