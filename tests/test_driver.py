@@ -405,7 +405,7 @@ KILLED_BEFORE_FIRST_BEAT = """
 import os, signal, sys
 if __name__ == "__main__":
     from tlsearch.execution._heartbeat import Heartbeat
-    Heartbeat.beat = lambda self, trial_id: os.kill(os.getpid(), signal.SIGKILL)
+    Heartbeat.soon = lambda self, trial_id: os.kill(os.getpid(), signal.SIGKILL)
     from tlsearch.cli import main
     sys.exit(main(sys.argv[1:]))
 """

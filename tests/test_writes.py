@@ -206,7 +206,7 @@ def test_a_forged_slot_counter_on_mongodb_is_refused_not_obeyed(tmp_path, mongo_
     stores = Stores(mongo_uri, mongo_db_name, tmp_path)
     study = optuna.create_study(study_name="forged", storage=stores.study_storage())
     storage = stores.study_storage()
-    assert storage.claim_trial_slot(study._study_id, 6, lambda: 0)
+    assert storage.claim_trial_slot(study._study_id, 6, lambda: 0) == 1
     mongo_client[mongo_db_name]["studies"].update_one({"name": "forged"}, {"$set": {"trial_slots": -20}})
     from tlsearch.errors import SlotCounterError
 

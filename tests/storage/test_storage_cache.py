@@ -224,3 +224,34 @@ def test_a_sampling_step_shares_nothing_past_another_threads_command(commands):
     thread.start()
     thread.join()
     assert len(storage.get_all_trials(study_id)) == 2
+
+
+def test_a_trial_another_process_wrote_to_is_read_once_to_tell_it(commands, mongo_storage):
+    """The driver's path: it creates a trial, a worker reports to it, the driver tells it."""
+    storage, sent = commands
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    mongo_storage.set_trial_intermediate_value(trial._trial_id, 0, 0.5)  # the worker
+    mongo_storage.set_trial_user_attr(trial._trial_id, "split0_test_score", 0.5)
+    sent.take()
+    study.tell(trial, 0.5)  # Optuna reads the trial, then finishes it: that read is the document after
+    assert sent.take() == ["find", "findAndModify"]
+    told = storage.get_trial(trial._trial_id)
+    assert told.user_attrs == {"split0_test_score": 0.5} and told.intermediate_values == {0: 0.5}
+    assert told == mongo_storage.get_trial(trial._trial_id)
+
+
+def test_ask_reads_no_running_trial_to_look_for_enqueued_ones(counted, mongo_storage):
+    storage, read = counted
+    study = optuna.create_study(storage=storage)
+    running = [study.ask() for _ in range(20)]  # trials the workers are writing to
+    for trial in running:
+        mongo_storage.set_trial_user_attr(trial._trial_id, "split0_test_score", 0.5)
+    read.take()
+    study.ask()
+    assert read.take()[0] == 0  # none of the 20 came back
+    other = optuna.load_study(study_name=study.study_name, storage=mongo_storage)
+    other.enqueue_trial({"x": 0.25})  # another driver queues a trial: the next ask takes it
+    assert study.ask().number == other.trials[-1].number == 21
+    assert [trial.state for trial in study.get_trials()].count(TrialState.RUNNING) == 22
+    assert study.get_trials()[0].user_attrs == {"split0_test_score": 0.5}  # a full read still sees their writes

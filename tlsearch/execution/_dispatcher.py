@@ -232,16 +232,19 @@ class Dispatcher:
         if self.policy.stopping:
             return
         while len(self.running) < self.parallelism:
-            if not self.slots.claim(self.n_trials or sys.maxsize, self._claimed):
+            slots_taken = self.slots.claim(self.n_trials or sys.maxsize, self._claimed)
+            if slots_taken is None:
                 return
-            claimed = 0
+            folds_claimed = 0
             if self._folds_per_trial:
-                claimed = self.folds.claim(self._folds_per_trial, self.fold_budget or sys.maxsize, self._folds_used)
-                if claimed is None:
+                folds_claimed = self.folds.claim(
+                    self._folds_per_trial, self.fold_budget or sys.maxsize, self._folds_used
+                )
+                if folds_claimed is None:
                     self.slots.release()
                     return
             try:
-                self._submit(claimed)
+                self._submit(slots_taken, folds_claimed)
             except BaseException:
                 self.slots.release()
                 self.folds.release(self._folds_per_trial)
@@ -254,8 +257,9 @@ class Dispatcher:
     def _folds_used(self) -> int:
         return folds_used(self.study, self._n_folds)
 
-    def _submit(self, folds_claimed: int) -> None:
-        """Start a trial, its folds claimed already (`folds_claimed`: the study's count with them)."""
+    def _submit(self, slots_taken: int, folds_claimed: int) -> None:
+        """Start a trial, its slot and folds claimed already (`slots_taken`, `folds_claimed`: the study's counts
+        with them)."""
         with warnings.catch_warnings():
             # Optuna suggests Study.optimize for heartbeats; here the driver beats for every trial in flight.
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
@@ -271,7 +275,7 @@ class Dispatcher:
             self.fold_plan_hash,
             sampler_seed(self.spec, self.study.study_name, trial.number),
         )
-        fixed, shares = self._fold_shares(job, folds_claimed)
+        fixed, shares = self._fold_shares(job, slots_taken, folds_claimed)
         key = f"trial-{self.study.study_name}-{trial.number}-{trial_id}"
         tasks = [
             self.client.submit(
@@ -290,16 +294,18 @@ class Dispatcher:
             self._finished.add(task)
         if fixed is not None:
             self.split_trials[trial_id] = fold_tasks.SplitTrial(fixed, tasks)
-        self.heartbeat.beat(trial_id)
+        self.heartbeat.soon(trial_id)
 
-    def _fold_shares(self, job: TrialJob, folds_claimed: int) -> tuple[optuna.Trial | None, list[tuple[int, ...]]]:
+    def _fold_shares(
+        self, job: TrialJob, slots_taken: int, folds_claimed: int
+    ) -> tuple[optuna.Trial | None, list[tuple[int, ...]]]:
         """The folds each task of a new trial trains: [()] (one task, all its folds), unless few trials are
         left in the budget, of trials or folds (`fold_tasks.n_tasks`); then also the trial with its params fixed."""
         if self.parallelism < 2 or not (self.n_trials or self.fold_budget):
             return None, [()]
         left = sys.maxsize
         if self.n_trials:
-            left = max(0, self.n_trials - self._claimed())  # this trial is RUNNING: counted
+            left = max(0, self.n_trials - slots_taken)  # this trial's slot is taken: counted
         if self.fold_budget:
             left = min(left, (self.fold_budget - folds_claimed) // self._n_folds)
         n_tasks = fold_tasks.n_tasks(self.spec, self.parallelism, left, self._n_folds)

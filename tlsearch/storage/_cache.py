@@ -13,7 +13,7 @@ from typing import Any
 
 from optuna.distributions import BaseDistribution
 from optuna.study import StudyDirection
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from tlsearch.storage._codec import trial_id_of
 
@@ -39,9 +39,14 @@ class StudyCache:
 
     # What to read
 
-    def ids_to_refresh(self) -> tuple[list[int], range]:
-        """The ids of the unfinished trials known, and of the numbers just past the known prefix."""
-        unfinished = [trial_id_of(self.study_id, number) for number in self._unfinished]
+    def ids_to_refresh(self, waiting_only: bool = False) -> tuple[list[int], range]:
+        """The ids of the unfinished trials known (`waiting_only`: of those WAITING, enough to find every WAITING
+        trial, as a trial becomes WAITING only when it is created), and of the numbers just past the known
+        prefix."""
+        numbers = self._unfinished
+        if waiting_only:
+            numbers = [number for number in numbers if self.trials[number].state == TrialState.WAITING]
+        unfinished = [trial_id_of(self.study_id, number) for number in numbers]
         start = len(self.trials)
         return unfinished, range(trial_id_of(self.study_id, start), trial_id_of(self.study_id, start + self._window))
 

@@ -23,9 +23,10 @@ class TrialSlotCounter(Protocol):
     """The count of a study's trial slots taken, kept in the store and changed atomically, so any number of
     drivers finish exactly `n_trials` trials together (see `tlsearch.storage._slots`)."""
 
-    def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> bool:
-        """Take a slot if fewer than `limit` are taken (`claimed()` gives the count where none is kept yet);
-        `SlotCounterError` when the counter holds anything but a count in 0..limit."""
+    def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> int | None:
+        """Take a slot if fewer than `limit` are taken (`claimed()` gives the count where none is kept yet): the
+        slots taken after the claim, or None; `SlotCounterError` when the counter holds anything but a count in
+        0..limit."""
         ...
 
     def release_trial_slot(self, study_id: int) -> None:

@@ -45,7 +45,7 @@ class JournalStorage(optuna.storages.JournalStorage):
             for key, value in attrs.items():
                 self.set_trial_user_attr(trial_id, key, value)
 
-    def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> bool:
+    def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> int | None:
         return claim_in_file(self._slot_counter_path(study_id), limit, claimed)
 
     def release_trial_slot(self, study_id: int) -> None:

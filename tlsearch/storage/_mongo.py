@@ -372,9 +372,11 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         if document is None:
             raise KeyError(f"No trial with trial_id {trial_id} exists.")
         trial = codec.decode_trial(document)
-        if cache is not None:
-            with self._lock:
+        with self._lock:
+            if cache is not None:
                 cache.add(trial, document)
+            if trial_id in self._written:  # newer than the one remembered: the next write knows what it changes
+                self._written[trial_id] = document
         return trial
 
     def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
@@ -407,15 +409,19 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         # Read afresh, except within a sampling step (see _start_step): a sampler reads the study several times
         # while it samples a new trial (TPE twice, before the trial's first write). Those reads, when back to
         # back in one thread with no command from this process in between, and within _SHARE_SECONDS of the
-        # first, share the first one's refresh.
+        # first, share the first one's refresh. A read of the WAITING trials alone (Optuna's `ask` looks for
+        # enqueued trials first) reads back no RUNNING trial: none can be WAITING again.
         with self._lock:
             cache = self._study(study_id)
             if not self._shares_refresh(study_id):
-                armed = getattr(self._step, "armed", None) == study_id
-                self._step.armed = None
-                self._refresh(cache)
-                if armed:  # the first read of a sampling step: the next ones may share it
-                    self._step.shared = (study_id, self._step.ticket, time.monotonic() + _SHARE_SECONDS)
+                if _waiting_only(states) and cache.loaded:
+                    self._refresh(cache, waiting_only=True)
+                else:
+                    armed = getattr(self._step, "armed", None) == study_id
+                    self._step.armed = None
+                    self._refresh(cache)
+                    if armed:  # the first read of a sampling step: the next ones may share it
+                        self._step.shared = (study_id, self._step.ticket, time.monotonic() + _SHARE_SECONDS)
             trials = cache.view(states)
         return copy.deepcopy(trials) if deepcopy else trials
 
@@ -436,8 +442,9 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         """This thread has just created or taken a trial of the study: a sampler is about to sample it."""
         self._step.armed = study_id
 
-    def _refresh(self, cache: StudyCache) -> None:
-        """Read what changed in the study since the last call: its unfinished trials and new ones (lock held).
+    def _refresh(self, cache: StudyCache, waiting_only: bool = False) -> None:
+        """Read what changed in the study since the last call: its unfinished trials (`waiting_only`: its WAITING
+        ones) and new ones (lock held).
 
         This process's own writes are taken in from their documents first, so that reading the same document
         back costs no decoding."""
@@ -448,7 +455,7 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
             cache.merge(documents, codec.decode_trial)
             cache.loaded = True
             return
-        unfinished, window = cache.ids_to_refresh()
+        unfinished, window = cache.ids_to_refresh(waiting_only)
         written = [self._written[trial_id] for trial_id in unfinished if trial_id in self._written]
         if written:
             cache.merge(written, codec.decode_trial)
@@ -534,9 +541,14 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
     # Heartbeats (on the server's clock)
 
     def record_heartbeat(self, trial_id: int) -> None:
+        self.record_heartbeats([trial_id])
+
+    def record_heartbeats(self, trial_ids: Sequence[int]) -> None:
+        """A heartbeat for each of the trials still RUNNING among `trial_ids`, in one write."""
         self._retrying(
-            lambda c: c.trials.update_one(
-                {"_id": trial_id, "state": TrialState.RUNNING.name}, {"$currentDate": {"heartbeat": True}}
+            lambda c: c.trials.update_many(
+                {"_id": {"$in": list(trial_ids)}, "state": TrialState.RUNNING.name},
+                {"$currentDate": {"heartbeat": True}},
             )
         )
 
@@ -562,3 +574,11 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
 
     def get_heartbeat_stale_trial_callback(self) -> HeartbeatStaleTrialCallback | None:
         return self.heartbeat_stale_trial_callback
+
+
+def _waiting_only(states: Container[TrialState] | None) -> bool:
+    """Whether `states` asks for WAITING trials alone."""
+    try:
+        return states is not None and set(states) == {TrialState.WAITING}  # type: ignore[call-overload]
+    except TypeError:  # a Container that cannot be iterated
+        return False

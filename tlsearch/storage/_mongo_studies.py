@@ -174,9 +174,10 @@ class MongoStudies(MongoConnection):
 
     # The exact budget of tlsearch's drivers: a counter of trial slots on the study document
 
-    def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> bool:
-        """Take one of `limit` trial slots of the study; False when all are taken. A study without a counter
-        starts at `claimed()` (its finished and running trials). A conditional `$inc` on one document: atomic."""
+    def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> int | None:
+        """Take one of `limit` trial slots of the study: the slots taken after the claim, or None when all are
+        taken. A study without a counter starts at `claimed()` (its finished and running trials). A conditional
+        `$inc` on one document: atomic."""
         if study_id not in self._slot_counters:
             self._retrying(
                 lambda c: c.studies.update_one(
@@ -184,13 +185,18 @@ class MongoStudies(MongoConnection):
                 )
             )
             self._slot_counters.add(study_id)
-        result = self._retrying(
-            lambda c: c.studies.update_one({"_id": study_id, _SLOTS: {"$gte": 0, "$lt": limit}}, {"$inc": {_SLOTS: 1}})
+        document = self._retrying(
+            lambda c: c.studies.find_one_and_update(
+                {"_id": study_id, _SLOTS: {"$gte": 0, "$lt": limit}},
+                {"$inc": {_SLOTS: 1}},
+                projection={_SLOTS: 1},
+                return_document=ReturnDocument.AFTER,
+            )
         )
-        if result.modified_count == 1:
-            return True
+        if document is not None:
+            return int(document[_SLOTS])
         self._check_slot_counter(study_id)
-        return False
+        return None
 
     def _check_slot_counter(self, study_id: int) -> None:
         """A counter no driver wrote (not a count, or below zero) is refused, not obeyed; one at or above the

@@ -36,9 +36,9 @@ class TrialSlots:
             raise TypeError(f"{type(storage).__name__} keeps no trial slots: use MongoStorage or JournalStorage")
         self.storage, self.study_id = storage, study_id
 
-    def claim(self, limit: int, claimed: Callable[[], int]) -> bool:
-        """Take a slot if fewer than `limit` are taken. SlotCounterError when the counter holds anything but a
-        count in 0..limit."""
+    def claim(self, limit: int, claimed: Callable[[], int]) -> int | None:
+        """Take a slot if fewer than `limit` are taken: the slots taken after the claim, or None. SlotCounterError
+        when the counter holds anything but a count in 0..limit."""
         return self.storage.claim_trial_slot(self.study_id, limit, claimed)
 
     def release(self) -> None:
@@ -76,14 +76,14 @@ def folds_claimed(storage: optuna.storages.BaseStorage, study_id: int) -> int | 
     return storage.folds_claimed(study_id) if isinstance(storage, FoldCounter) else None
 
 
-def claim_in_file(path: str, limit: int, claimed: Callable[[], int]) -> bool:
+def claim_in_file(path: str, limit: int, claimed: Callable[[], int]) -> int | None:
     """`TrialSlotCounter.claim_trial_slot` on a counter file at `path`."""
     with _LockedCounter(path) as counter:
         taken = counter.read(claimed, limit)
         if taken >= limit:
-            return False
+            return None
         counter.write(taken + 1)
-        return True
+        return taken + 1
 
 
 def release_in_file(path: str, n: int = 1, what: str = "trial-slot counter") -> None:
