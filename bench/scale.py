@@ -40,10 +40,13 @@ import math
 import os
 import random
 import resource
+import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -51,6 +54,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
+from tlsearch.config import journal_path
 from tlsearch.stores._stores import Stores
 
 FOLDS = 5
@@ -194,88 +198,153 @@ spec = tlsearch.StudySpec(
     name={name!r}, dataset="sklearn:iris", cv=2, direction="maximize", n_trials={n_trials},
     space=lambda trial: {{"x": trial.suggest_float("x", -10, 10), "y": trial.suggest_int("y", 0, 10)}},
     model=tlsearch.CustomLoop(lambda params, fold, report: -((params["x"] - 2) ** 2)),
+    sampler=optuna.samplers.RandomSampler(seed=0),  # the engine's cost alone: table 3 has the sampler's
     pruner=optuna.pruners.NopPruner())
 """
 
+_OP_MSG = 2013
+_MONITORING = {b"hello", b"isMaster", b"ismaster"}  # each client's own server monitoring, not the study's
 
-def children_cpu() -> float:
-    """CPU seconds of this process's children that have been waited for (the drivers) plus this process."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+class CommandCounter:
+    """A TCP proxy in front of a MongoDB server that counts the commands its clients send (OP_MSG messages,
+    less the drivers' server monitoring): the store operations of every process of a run, whatever their
+    kind. `uri` is the proxy's; `count` the commands so far; `cpu()` the CPU seconds its own threads took (it
+    runs in the benchmark's process, beside the scheduler, whose CPU is that process's less this)."""
+
+    def __init__(self, uri: str) -> None:
+        host_port = uri.split("://", 1)[1].split("/", 1)[0]
+        self._target = (host_port.rsplit(":", 1)[0], int(host_port.rsplit(":", 1)[1]))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.uri = uri.replace(host_port, f"127.0.0.1:{self._listener.getsockname()[1]}", 1)
+        self.count = 0
+        self._lock = threading.Lock()
+        self._cpu: dict[int, float] = {}  # thread -> its CPU seconds so far
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self._listener.accept()
+            server = socket.create_connection(self._target)
+            threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._replies, args=(server, client), daemon=True).start()
+
+    def _requests(self, source: socket.socket, target: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while header := _read_exactly(source, 16):
+                length, _, _, op_code = struct.unpack("<iiii", header)
+                body = _read_exactly(source, length - 16)
+                # OP_MSG: flag bits, then section 0: a BSON document whose first key is the command's name
+                if op_code == _OP_MSG and body[4] == 0 and body[10 : body.index(0, 10)] not in _MONITORING:
+                    with self._lock:
+                        self.count += 1
+                target.sendall(header + body)
+                self._cpu[threading.get_ident()] = time.thread_time()
+        target.close()
+
+    def _replies(self, source: socket.socket, target: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                target.sendall(data)
+                self._cpu[threading.get_ident()] = time.thread_time()
+        target.close()
+
+    def cpu(self) -> float:
+        return sum(self._cpu.values())
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            return b""
+        data += chunk
+    return data
+
+
+def journal_records(home: Path) -> int:
+    """The records in the journal file of the embedded default under `home` (one line each)."""
+    path = journal_path(home)
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def cpu_seconds(who: int) -> float:
+    """CPU seconds of this process (`resource.RUSAGE_SELF`: the scheduler's) or of its children that have been
+    waited for (`RUSAGE_CHILDREN`: the drivers)."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 def dispatch_table(widths: list[int], kinds: list[str], mongo: str | None, folder: Path, n_trials: int) -> None:
     import distributed
-    import psutil
 
-    print(f"\n2. Dispatch throughput: {n_trials} trivial trials a run (trials/s, engine CPU ms a trial, exact?)")
+    print(
+        f"\n2. Dispatch throughput: {n_trials} trivial trials a run, random sampling: trials/s; engine CPU a trial "
+        "(drivers + scheduler + workers); store operations a trial (MongoDB commands, or journal records); exact?"
+    )
     print(
         f"{'store':8} {'workers':>8} "
-        + " ".join(f"{f'{d} driver' + 's' * (d > 1):>26}" for d in (1, 4))
+        + " ".join(f"{f'{d} driver' + 's' * (d > 1):>50}" for d in (1, 4))
         + f" {'resume of a done study':>22}"
     )
+    counter = CommandCounter(mongo) if "mongo" in kinds else None
     for kind in kinds:
         for width in widths:
             with distributed.LocalCluster(
                 n_workers=2, threads_per_worker=width // 2, dashboard_address=None, silence_logs=40
             ) as cluster:
-                workers = [psutil.Process(p.pid) for p in psutil.Process().children(recursive=True)]
-                cells = []
+                cells, startup = [], 0.0
                 for drivers in (1, 4):
-                    name = f"dispatch-{kind}-{width}-{drivers}"
-                    study_file = folder / f"{name}.py"
-                    study_file.write_text(TRIVIAL_STUDY.format(name=name, n_trials=n_trials))
-                    if kind == "journal":
-                        store_args = ["--home", str(folder / "dispatch-home")]
-                    else:
-                        store_args = ["--mongo", mongo, "--database", f"bench_dispatch_{os.getpid()}"]
-                        store_args += ["--home", str(folder / "dispatch-home")]
-                    command = [
-                        *TLSEARCH,
-                        "run",
-                        str(study_file),
-                        "--scheduler",
-                        cluster.scheduler_address,
-                        "--parallelism",
-                        str(width),
-                        "--no-report",
-                        "--progress",
-                        "off",
-                        *store_args,
-                    ]
-                    cpu = children_cpu() + sum(w.cpu_times().user + w.cpu_times().system for w in workers)
-                    env = {**os.environ, "NO_COLOR": "1"}
-                    processes = [
-                        subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                        for _ in range(drivers)
-                    ]
-                    failed = [p.stderr.read().decode()[-300:] for p in processes if p.wait()]
-                    cpu = children_cpu() + sum(w.cpu_times().user + w.cpu_times().system for w in workers) - cpu
-                    idle, idle_started = children_cpu(), time.perf_counter()  # a driver's own start-up and
-                    subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-                    startup = time.perf_counter() - idle_started  # exit: one more run finds the study done
-                    cpu -= drivers * (children_cpu() - idle)
-                    storage = Stores(
-                        **(
-                            {"home": folder / "dispatch-home"}
-                            if kind == "journal"
-                            else {
-                                "mongo": mongo,
-                                "database": f"bench_dispatch_{os.getpid()}",
-                                "home": folder / "dispatch-home",
-                            }
-                        )
-                    ).study_storage()
-                    trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
-                    done = [t for t in trials if t.state.is_finished()]
-                    span = (
-                        max(t.datetime_complete for t in done) - min(t.datetime_start for t in done)
-                    ).total_seconds()
-                    exact = "exact" if sum(t.state == TrialState.COMPLETE for t in trials) == n_trials else "NOT EXACT"
-                    if failed:
-                        print(f"    {name}: a driver failed: {failed[0]}")
-                    cells.append(f"{len(done) / span:8.1f}/s {1000 * cpu / len(done):6.1f} ms {exact:>9}")
-                print(f"{kind:8} {width:>8} " + " ".join(f"{c:>26}" for c in cells) + f" {startup:9.1f} s", flush=True)
+                    store = {"home": folder / "dispatch-home"}
+                    if kind == "mongo":
+                        store.update(mongo=counter.uri, database=f"bench_dispatch_{os.getpid()}")
+                    cell, startup = dispatch_run(
+                        f"dispatch-{kind}-{width}-{drivers}", store, cluster, width, drivers, n_trials, counter, folder
+                    )
+                    cells.append(cell)
+                print(f"{kind:8} {width:>8} " + " ".join(f"{c:>50}" for c in cells) + f" {startup:9.1f} s", flush=True)
+
+
+def dispatch_run(name, store, cluster, width, drivers, n_trials, counter, folder) -> tuple[str, float]:
+    """One cell of table 2: `drivers` drivers run a study of `n_trials` trivial trials to the end on `cluster`;
+    then one more driver finds it done (its wall time: what a resume costs before its first trial; its CPU:
+    each driver's own start-up and exit, taken off the drivers' CPU)."""
+    import psutil
+
+    workers = [psutil.Process(p.pid) for p in psutil.Process().children(recursive=True)]
+    study_file = folder / f"{name}.py"
+    study_file.write_text(TRIVIAL_STUDY.format(name=name, n_trials=n_trials))
+    store_args = [arg for key, value in store.items() for arg in (f"--{key}", str(value))]
+    command = [*TLSEARCH, "run", str(study_file), "--scheduler", cluster.scheduler_address]
+    command += ["--parallelism", str(width), "--no-report", "--progress", "off", *store_args]
+    env = {**os.environ, "NO_COLOR": "1"}
+
+    def cpu_and_operations() -> tuple[float, float, float, int]:
+        proxy = counter.cpu() if counter else 0.0
+        worker_cpu = sum(w.cpu_times().user + w.cpu_times().system for w in workers)
+        operations = counter.count if "mongo" in store else journal_records(store["home"])
+        return cpu_seconds(resource.RUSAGE_CHILDREN), cpu_seconds(resource.RUSAGE_SELF) - proxy, worker_cpu, operations
+
+    before = cpu_and_operations()
+    processes = [
+        subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(drivers)
+    ]
+    failed = [p.stderr.read().decode()[-300:] for p in processes if p.wait()]
+    driver_cpu, scheduler_cpu, worker_cpu, operations = (b - a for a, b in zip(before, cpu_and_operations()))
+    idle, idle_started = cpu_seconds(resource.RUSAGE_CHILDREN), time.perf_counter()
+    subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    startup = time.perf_counter() - idle_started
+    driver_cpu -= drivers * (cpu_seconds(resource.RUSAGE_CHILDREN) - idle)
+    trials = optuna.load_study(study_name=name, storage=Stores(**store).study_storage()).get_trials(deepcopy=False)
+    done = [t for t in trials if t.state.is_finished()]
+    span = (max(t.datetime_complete for t in done) - min(t.datetime_start for t in done)).total_seconds()
+    exact = "exact" if sum(t.state == TrialState.COMPLETE for t in trials) == n_trials else "NOT EXACT"
+    if failed:
+        print(f"    {name}: a driver failed: {failed[0]}")
+    ms = [1000 * cpu / len(done) for cpu in (driver_cpu, scheduler_cpu, worker_cpu)]
+    cpu = f"{sum(ms):5.1f} ms ({ms[0]:.0f}+{ms[1]:.0f}+{ms[2]:.0f})"
+    return f"{len(done) / span:6.1f}/s {cpu:>20} {operations / len(done):5.1f} ops {exact:>9}", startup
 
 
 # -- 3. the sampler's cost per trial --------------------------------------------------------------------------
