@@ -660,6 +660,8 @@ def make_study(name: str, keras_epochs: int | None = None) -> Study:
         return synthetic_epochs_study()
     if name == "gboost":
         return gboost_study()
+    if name not in ("mlp", "cnn"):  # e.g. a Study's own name ("digits-mlp"), which is not the bench's
+        raise ValueError(f"unknown study {name!r}: one of {', '.join(PLANS)}")
     file = "digits_mlp.py" if name == "mlp" else "images_cnn.py"
     return keras_study(file, 3, cheap=False, epochs=keras_epochs)
 
@@ -686,7 +688,7 @@ def run_search(name: str, keras_epochs: int | None, key: str, seed: int, budget:
     if make_pruner in ("ray-asha", "ray-fifo"):
         from ray_peer import ray_search
 
-        return ray_search(study, seed, budget, make_pruner.removeprefix("ray-"), keras_epochs)
+        return ray_search(study, name, seed, budget, make_pruner.removeprefix("ray-"), keras_epochs)
     return search(study, make_pruner, seed, budget)
 
 
