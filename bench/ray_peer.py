@@ -110,8 +110,9 @@ class _Budget(tune.Stopper):
         return sum(self.spent.values()) >= self.budget
 
 
-def ray_search(study, seed: int, budget: int, scheduler: str, keras_epochs: int | None):
-    """One Ray Tune search of `study` (a search_quality.Study) for `budget`; a search_quality.Search."""
+def ray_search(study, name: str, seed: int, budget: int, scheduler: str, keras_epochs: int | None):
+    """One Ray Tune search of `study` (a search_quality.Study, `name` as search_quality.make_study names it:
+    the Ray workers build it again) for `budget`; a search_quality.Search."""
     import ray
     import search_quality as sq
     from ray.tune.logger import JsonLoggerCallback
@@ -133,11 +134,11 @@ def ray_search(study, seed: int, budget: int, scheduler: str, keras_epochs: int 
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as folder:
         tuner = tune.Tuner(
-            tune.with_parameters(trainable, study_name=study.name, keras_epochs=keras_epochs, seed=seed),
+            tune.with_parameters(trainable, study_name=name, keras_epochs=keras_epochs, seed=seed),
             tune_config=tune.TuneConfig(
                 metric="score",
                 mode=mode,
-                search_alg=OptunaSearch(_Space(study.name, keras_epochs), metric="score", mode=mode, seed=seed),
+                search_alg=OptunaSearch(_Space(name, keras_epochs), metric="score", mode=mode, seed=seed),
                 scheduler=chosen,
                 num_samples=budget,  # more than the budget allows: the stopper ends the search
                 max_concurrent_trials=1,

@@ -25,7 +25,12 @@ On every study, "intensify (N)" and "KFold+intensify N": no pruning or the defau
 noise-aware pick of tlsearch.cv._intensify (leading trials re-run on fresh seeds, up to N evaluations each,
 within the same budget; the pick is the incumbent, not the best CV mean). Where Ray is importable, "Ray ASHA"
 and "Ray FIFO": Ray Tune's Tuner with OptunaSearch, ASHA on folds or no scheduler (bench/ray_peer.py; their
-CPU column is the search's wall time, since Ray's trials run in its worker processes).
+CPU column is the search's wall time, since Ray's trials run in its worker processes). Only when named in
+--strategies (EXPERIMENTS), the first-fold experiments of issue 26: the default KFoldPruner with a smaller
+margin on the first fold ("KFold 1 sd fold 0", "KFold 0.5 sd fold 0"), with ASHA-like rungs (a trial not in the
+top 1/eta of every finished trial's running mean after the first fold, or after folds 1 and 4, is pruned too:
+"KFold+rung eta 3", ...), asynchronous successive halving alone on those rungs ("ASHA rungs 0,3 e4"), and
+pruned trials told to TPE as complete with their running mean, as Ray's OptunaSearch does ("... told TPE").
 
 Measures, per study x strategy (means over seeds): compute in folds, fold-epochs and CPU-seconds; the pick
 (the best complete trial by CV mean) re-evaluated: its params trained again on all folds of 3 fresh fold
@@ -73,7 +78,7 @@ sys.path.insert(0, str(ROOT))
 
 from tlsearch.cv import _evaluate as cv  # noqa: E402
 from tlsearch.cv._intensify import incumbent, next_evaluation  # noqa: E402
-from tlsearch.cv._pruners import EpochPruneDecision, EpochPruning, KFoldPruner  # noqa: E402
+from tlsearch.cv._pruners import EpochPruneDecision, EpochPruning, KFoldPruner, PruneDecision  # noqa: E402
 from tlsearch.seeds import derive_seed  # noqa: E402
 from tlsearch.spec._spec import CustomLoop, SklearnModel, StudySpec  # noqa: E402
 
@@ -134,7 +139,34 @@ def strategies(n_folds: int, epochs: int | None) -> dict[str, Callable[[], optun
     if ray_installed():
         chosen["Ray ASHA"] = "ray-asha"
         chosen["Ray FIFO"] = "ray-fifo"
+    # The first-fold experiments of issue 26 (docs/benchmarks.md): run only when named in --strategies.
+    chosen["KFold 1 sd fold 0"] = lambda: FirstFoldMargin(1.0)
+    chosen["KFold 0.5 sd fold 0"] = lambda: FirstFoldMargin(0.5)
+    chosen["KFold+rung eta 3"] = lambda: FirstFoldRung(3)
+    chosen["KFold+rung eta 4"] = lambda: FirstFoldRung(4)
+    chosen["KFold+rung 4 fl .1"] = lambda: FirstFoldRung(4, min_complete_fraction=0.1)
+    chosen["KFold+rungs 0,3 e4"] = lambda: FirstFoldRung(4, rungs=(0, 3))
+    chosen["ASHA rungs 0,3 e4"] = lambda: FirstFoldRung(
+        4, min_peers=1, rungs=(0, 3), fold_rule=False, min_complete_fraction=0.0
+    )
+    chosen["KFold told TPE"] = ToldComplete(KFoldPruner)
+    chosen["ASHA 0,3 told TPE"] = ToldComplete(
+        lambda: FirstFoldRung(4, min_peers=1, rungs=(0, 3), fold_rule=False, min_complete_fraction=0.0)
+    )
     return chosen
+
+
+EXPERIMENTS = (  # strategies run only when named (--strategies): the first-fold experiments of issue 26
+    "KFold 1 sd fold 0",
+    "KFold 0.5 sd fold 0",
+    "KFold+rung eta 3",
+    "KFold+rung eta 4",
+    "KFold+rung 4 fl .1",
+    "KFold+rungs 0,3 e4",
+    "ASHA rungs 0,3 e4",
+    "KFold told TPE",
+    "ASHA 0,3 told TPE",
+)
 
 
 def ray_installed() -> bool:
@@ -150,6 +182,18 @@ class Intensified:
 
     pruner: Callable[[], optuna.pruners.BasePruner]
     max_repeats: int = 3
+
+    def __call__(self) -> optuna.pruners.BasePruner:
+        return self.pruner()
+
+
+@dataclass(frozen=True)
+class ToldComplete:
+    """A strategy whose pruned trials are told to the sampler as complete, with the running mean they were
+    stopped at, as Ray Tune's OptunaSearch tells TPE of the trials its scheduler stops (bench-only, for issue
+    26). The pick is still the best trial that ran every fold."""
+
+    pruner: Callable[[], optuna.pruners.BasePruner]
 
     def __call__(self) -> optuna.pruners.BasePruner:
         return self.pruner()
@@ -186,6 +230,65 @@ class OptunaOnFoldEpochs(KFoldPruner):
         if not shadow.should_prune():
             return None
         return EpochPruneDecision(fold, n_folds, epoch, score, 0, 0, math.nan, 0)
+
+
+class FirstFoldMargin(KFoldPruner):
+    """The default KFoldPruner with a smaller margin (`first_margin` standard deviations) after the first
+    `first_folds` folds only: a first-fold rule that stops more trials (bench-only, for issue 26)."""
+
+    def __init__(self, first_margin: float, first_folds: int = 1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.first_margin, self.first_folds = first_margin, first_folds
+
+    def decide(self, study, trial):
+        if trial.last_step is None or trial.last_step >= self.first_folds:
+            return super().decide(study, trial)
+        margin, self.margin_sigmas = self.margin_sigmas, self.first_margin
+        try:
+            return super().decide(study, trial)
+        finally:
+            self.margin_sigmas = margin
+
+
+class FirstFoldRung(KFoldPruner):
+    """The default KFoldPruner plus ASHA-like rungs (bench-only, for issue 26): after the folds at steps `rungs`
+    (0: the first fold), a trial whose running mean is not in the top 1/`eta` of the running means there of
+    every finished trial (complete or pruned, at least `min_peers` of them) and its own is pruned too. Every
+    trial has the same folds, so raw means rank. The floor of complete trials (`min_complete_fraction`) still
+    applies. `fold_rule=False` leaves the KFoldPruner's own rule out: asynchronous successive halving alone."""
+
+    def __init__(
+        self, eta: int = 3, min_peers: int = 4, rungs: tuple[int, ...] = (0,), fold_rule: bool = True, **kwargs
+    ) -> None:
+        super().__init__(**kwargs)
+        self.eta, self.min_peers, self.rungs, self.fold_rule = eta, min_peers, rungs, fold_rule
+
+    def decide(self, study, trial):
+        decision = super().decide(study, trial) if self.fold_rule else None
+        step = trial.last_step
+        if (
+            decision is not None
+            or step not in self.rungs
+            or not math.isfinite(score := trial.intermediate_values[step])
+        ):
+            return decision
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        peers = [
+            t.intermediate_values[step]
+            for t in finished
+            if t.number != trial.number and math.isfinite(t.intermediate_values.get(step, math.nan))
+        ]
+        if len(peers) < self.min_peers or not self._floor_kept(finished):
+            return None
+        sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
+        ranked = sorted([*peers, score], key=lambda value: -sign * value)
+        n_kept = max(1, len(ranked) // self.eta)
+        if 1 + sum(sign * value > sign * score for value in peers) <= n_kept:  # its rank; ties go its way
+            return None
+        cutoff = ranked[n_kept - 1]
+        return PruneDecision(
+            step, trial.user_attrs.get("n_splits", 0), score, -1, cutoff, sign * (cutoff - score), 0.0, 0.0
+        )
 
 
 # ---------------------------------------------------------------- studies
@@ -373,7 +476,11 @@ def search(study: Study, make_pruner, seed: int, budget: int) -> Search:
             optuna_study.tell(trial, value)
             evaluations[trial.number] = {0: value}
         except optuna.TrialPruned:
-            optuna_study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            if isinstance(make_pruner, ToldComplete):
+                frozen = optuna_study.trials[trial.number]
+                optuna_study.tell(trial, frozen.intermediate_values[frozen.last_step])
+            else:
+                optuna_study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             done.pruned += 1
         _count(study, done, optuna_study.trials[trial.number].user_attrs)
         done.trials += 1
@@ -387,11 +494,15 @@ def search(study: Study, make_pruner, seed: int, budget: int) -> Search:
             pick = incumbent(evaluations, maximize)
             best = None if pick is None else dict(optuna_study.trials[pick].params)
         else:
-            best = _best_params(optuna_study)
+            best = _best_params(optuna_study, spec.cv_.get_n_splits())
         if best is not None and (not done.picks or done.picks[-1][1] != best):
             done.picks.append((study.spent(done), best))
     done.cpu_seconds = time.process_time() - started
-    done.complete = [t.params for t in optuna_study.get_trials(deepcopy=False, states=[TrialState.COMPLETE])]
+    done.complete = [
+        t.params
+        for t in optuna_study.get_trials(deepcopy=False, states=[TrialState.COMPLETE])
+        if t.user_attrs["n_folds_run"] == spec.cv_.get_n_splits()
+    ]
     return done
 
 
@@ -509,11 +620,14 @@ def _params_key(params: dict) -> tuple:
     return tuple(sorted(params.items()))
 
 
-def _best_params(study: optuna.Study) -> dict | None:
-    try:
-        return dict(study.best_trial.params)
-    except ValueError:  # no complete trial yet
-        return None
+def _best_params(study: optuna.Study, n_folds: int) -> dict | None:
+    """The params of the best complete trial that ran all `n_folds` folds (the first of equals), or None."""
+    sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
+    best = None
+    for trial in study.get_trials(deepcopy=False, states=[TrialState.COMPLETE]):
+        if trial.user_attrs["n_folds_run"] == n_folds and (best is None or sign * trial.value > sign * best.value):
+            best = trial
+    return None if best is None else dict(best.params)
 
 
 class Reevaluator:
@@ -660,19 +774,23 @@ def make_study(name: str, keras_epochs: int | None = None) -> Study:
         return synthetic_epochs_study()
     if name == "gboost":
         return gboost_study()
+    if name not in ("mlp", "cnn"):  # e.g. a Study's own name ("digits-mlp"), which is not the bench's
+        raise ValueError(f"unknown study {name!r}: one of {', '.join(PLANS)}")
     file = "digits_mlp.py" if name == "mlp" else "images_cnn.py"
     return keras_study(file, 3, cheap=False, epochs=keras_epochs)
 
 
 def chosen_strategies(study: Study, name: str, wanted: list[str] | None, quick: bool) -> dict:
-    """The strategies to run on `study`: all that apply (KerasTuner on the MLP only), or `wanted`; with
-    --quick, only the main ones on the Keras studies. No pruning always runs: it is the reference."""
+    """The strategies to run on `study`: all that apply (KerasTuner on the MLP only; EXPERIMENTS only when
+    named), or `wanted`; with --quick, only the main ones on the Keras studies. No pruning always runs: it is
+    the reference."""
     if wanted is None and quick and study.build is not None:
         wanted = list(QUICK_KERAS_STRATEGIES)
     return {
         key: make
         for key, make in strategies(study.n_folds, study.epochs).items()
-        if (not wanted or key in wanted or key == "no pruning") and (make != "kerastuner" or name == "mlp")
+        if ((key in wanted if wanted else key not in EXPERIMENTS) or key == "no pruning")
+        and (make != "kerastuner" or name == "mlp")
     }
 
 
@@ -686,7 +804,7 @@ def run_search(name: str, keras_epochs: int | None, key: str, seed: int, budget:
     if make_pruner in ("ray-asha", "ray-fifo"):
         from ray_peer import ray_search
 
-        return ray_search(study, seed, budget, make_pruner.removeprefix("ray-"), keras_epochs)
+        return ray_search(study, name, seed, budget, make_pruner.removeprefix("ray-"), keras_epochs)
     return search(study, make_pruner, seed, budget)
 
 
