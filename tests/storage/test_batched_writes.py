@@ -1,10 +1,11 @@
-"""The batched trial write (`set_trial_user_attrs`) of tlsearch's two study stores (MongoDB and the journal file): what one write
-stores is what a fresh reader sees, and a finished or missing trial refuses it as single writes do."""
+"""The batched trial writes (`set_trial_user_attrs`, `one_write`) of tlsearch's two study stores (MongoDB and the journal
+file): what one write stores is what a fresh reader sees, and a finished or missing trial refuses it as single writes do."""
 
 from __future__ import annotations
 
 import optuna
 import pytest
+from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
@@ -93,3 +94,47 @@ def test_a_refused_batch_on_the_journal_is_replayed_past_and_the_store_goes_on(t
     monkeypatch.setattr(compat, "replay_journal", lambda s: (_ for _ in ()).throw(KeyError("refused forever")))
     with pytest.raises(KeyError, match="refused forever"):
         storage._replay_rejected(3)  # bounded: raises after 3 replays instead of spinning
+
+
+def test_a_trials_writes_in_one_block_reach_a_reader_together_when_it_ends(stores):
+    writer, reopen = stores
+    study_id = writer.create_new_study([StudyDirection.MAXIMIZE])
+    trial_id, other = writer.create_new_trial(study_id), writer.create_new_trial(study_id)
+    with writer.one_write(trial_id):
+        writer.set_trial_param(trial_id, "x", 0.5, FloatDistribution(0, 1))
+        writer.set_trial_param(trial_id, "n", 2, IntDistribution(1, 4))
+        with writer.one_write(trial_id):  # part of the outer block
+            writer.set_trial_intermediate_value(trial_id, 0, 0.25)
+        writer.set_trial_user_attrs(trial_id, {"split0_test_score": 0.25})
+        writer.set_trial_user_attrs(other, {"elsewhere": 1})  # another trial's write goes straight through
+        held = reopen().get_trial(trial_id)
+        assert (held.params, held.intermediate_values, held.user_attrs) == ({}, {}, {})
+        assert reopen().get_trial(other).user_attrs == {"elsewhere": 1}
+    seen = reopen().get_trial(trial_id)
+    assert seen.params == {"x": 0.5, "n": 2}
+    assert seen.intermediate_values == {0: 0.25} and seen.user_attrs == {"split0_test_score": 0.25}
+
+
+def test_a_block_ended_by_an_error_still_sends_its_writes(stores):
+    """The parameters a failing search space drew are stored, as they would be one write each."""
+    writer, reopen = stores
+    trial_id = writer.create_new_trial(writer.create_new_study([StudyDirection.MAXIMIZE]))
+    with pytest.raises(RuntimeError, match="bad space"), writer.one_write(trial_id):
+        writer.set_trial_param(trial_id, "x", 0.5, FloatDistribution(0, 1))
+        raise RuntimeError("bad space")
+    assert reopen().get_trial(trial_id).params == {"x": 0.5}
+
+
+def test_a_block_whose_trial_was_finished_elsewhere_raises_when_it_ends_and_the_store_goes_on(stores):
+    writer, reopen = stores
+    study_id = writer.create_new_study([StudyDirection.MAXIMIZE])
+    trial_id = writer.create_new_trial(study_id)
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError), writer.one_write(trial_id):
+        writer.set_trial_param(trial_id, "x", 0.5, FloatDistribution(0, 1))
+        writer.set_trial_user_attrs(trial_id, {"late": 1})
+        reopen().set_trial_state_values(trial_id, TrialState.FAIL)  # failed as stale by another driver
+    finished = reopen().get_trial(trial_id)
+    assert (finished.state, finished.params, finished.user_attrs) == (TrialState.FAIL, {}, {})
+    second = writer.create_new_trial(study_id)
+    writer.set_trial_user_attrs(second, {"d": 4})
+    assert reopen().get_trial(second).user_attrs == {"d": 4}

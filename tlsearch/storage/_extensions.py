@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -16,6 +17,18 @@ class BatchedUserAttrs(Protocol):
     `set_trial_user_attr` does for a finished (`UpdateFinishedTrialError`) or missing (`KeyError`) trial."""
 
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class BatchedWrites(Protocol):
+    """Several writes to one unfinished trial sent as one: inside `with storage.one_write(trial_id):`, this
+    thread's writes to that trial (parameters, intermediate values, user attributes) are held and sent together
+    when the block ends, even when it ends by an exception; reads of the trial inside the block do not see them.
+    What a held write would raise (a finished or missing trial, a parameter's distribution that another trial
+    set differently) may be raised when the block ends instead. A block inside another for the same trial is
+    part of the outer one; writes to other trials go straight through."""
+
+    def one_write(self, trial_id: int) -> AbstractContextManager[None]: ...
 
 
 @runtime_checkable

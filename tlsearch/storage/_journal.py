@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages.journal import BaseJournalBackend, JournalFileSymlinkLock
 
@@ -28,15 +29,23 @@ except ImportError:  # Windows: Optuna's own lock alone
 
 
 class JournalStorage(optuna.storages.JournalStorage):
-    """`optuna.storages.JournalStorage` plus tlsearch's extensions (`tlsearch.storage._extensions`): a batched
-    write, `set_trial_user_attrs`, that appends several operations in one locked, synced write instead of one
-    each (a k-fold trial stores a dozen attributes, a few per fold), and trial slots and claimed folds in counter
-    files beside the journal file."""
+    """`optuna.storages.JournalStorage` plus tlsearch's extensions (`tlsearch.storage._extensions`): batched
+    writes, `set_trial_user_attrs` and `one_write`, that append several operations in one locked, synced write
+    instead of one each (a k-fold trial stores a dozen attributes, a few per fold), and trial slots and claimed
+    folds in counter files beside the journal file."""
 
     def __init__(self, backend: CrashTolerantJournalFile) -> None:
         super().__init__(backend)
         self.file_path = backend.file_path
         self._batched = compat.can_batch_journal_writes(self)  # fixed by the installed Optuna: asked once
+        self._held = threading.local()  # this thread's one_write block: its trial_id and the operations held
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: value for name, value in super().__getstate__().items() if name != "_held"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._held = threading.local()
 
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
         if self._batched:
@@ -44,6 +53,56 @@ class JournalStorage(optuna.storages.JournalStorage):
         else:
             for key, value in attrs.items():
                 self.set_trial_user_attr(trial_id, key, value)
+
+    @contextmanager
+    def one_write(self, trial_id: int) -> Generator[None, None, None]:
+        """This thread's parameters, intermediate values and user attributes of trial `trial_id` set inside the
+        block, appended in one write when it ends (`tlsearch.storage._extensions.BatchedWrites`); written one by
+        one where the installed Optuna cannot batch."""
+        if not self._batched or getattr(self._held, "trial_id", None) == trial_id:
+            yield
+            return
+        outer = getattr(self._held, "trial_id", None), getattr(self._held, "logs", None)
+        self._held.trial_id, self._held.logs = trial_id, []
+        try:
+            yield
+        finally:
+            logs = self._held.logs
+            self._held.trial_id, self._held.logs = outer
+            self._append(logs)
+
+    def set_trial_param(
+        self, trial_id: int, param_name: str, param_value_internal: float, distribution: BaseDistribution
+    ) -> None:
+        if not self._holds(trial_id):
+            super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
+            return
+        self._held.logs.append(
+            {
+                "op_code": JournalOperation.SET_TRIAL_PARAM,
+                "trial_id": trial_id,
+                "param_name": param_name,
+                "param_value_internal": param_value_internal,
+                "distribution": distribution_to_json(distribution),
+            }
+        )
+
+    def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
+        if not self._holds(trial_id):
+            super().set_trial_intermediate_value(trial_id, step, intermediate_value)
+            return
+        self._held.logs.append(
+            {
+                "op_code": JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE,
+                "trial_id": trial_id,
+                "step": step,
+                "intermediate_value": intermediate_value,
+            }
+        )
+
+    def _holds(self, trial_id: int) -> bool:
+        """Whether this thread is inside a one_write block for `trial_id` (never where Optuna cannot batch)."""
+        return getattr(self._held, "trial_id", None) == trial_id
 
     def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> int | None:
         return claim_in_file(self._slot_counter_path(study_id), limit, claimed)
@@ -78,9 +137,13 @@ class JournalStorage(optuna.storages.JournalStorage):
     def _append(self, logs: list[dict[str, Any]]) -> None:
         if not logs:
             return
+        if self._holds(logs[0]["trial_id"]):
+            self._held.logs.extend(logs)
+            return
         try:
-            compat.append_journal_operations(self, logs)  # replaying them raises if the trial is finished or missing
-        except (KeyError, UpdateFinishedTrialError):
+            # Replaying them raises if the trial is finished or missing, or a parameter's distribution clashes.
+            compat.append_journal_operations(self, logs)
+        except (KeyError, UpdateFinishedTrialError, ValueError):
             self._replay_rejected(len(logs))
             raise
 
@@ -93,7 +156,7 @@ class JournalStorage(optuna.storages.JournalStorage):
             try:
                 compat.replay_journal(self)
                 return
-            except (KeyError, UpdateFinishedTrialError):
+            except (KeyError, UpdateFinishedTrialError, ValueError):
                 continue
         compat.replay_journal(self)
 

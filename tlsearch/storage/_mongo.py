@@ -11,17 +11,19 @@ Besides what the class docstring says, two more reads are answered without a rou
 trial this thread has just reported to returns what the report left (every trial write adds 1 to the trial's
 `version` and gets the old one back: the one we wrote means nobody else wrote in between), and the reads of a
 sampling step (right after this thread created or took a trial, back to back, with no command from this process
-in between, within a second) share one refresh. Every write is sent before its call returns.
+in between, within a second) share one refresh. Every write is sent before its call returns, except inside a
+`one_write` block, whose writes to its trial are sent together when it ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import itertools
 import threading
 import time
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -100,6 +102,7 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         self._just_written = threading.local()  # see _remember_written
         self._step = threading.local()  # see get_all_trials
         self._written: dict[int, dict[str, Any]] = {}  # see _remember_written (lock held)
+        self._held = threading.local()  # this thread's one_write block: its trial_id and the fields held
         self._tickets = itertools.count()  # one number per command this process sends (see get_all_trials)
 
     # Pickling: the settings travel with the URI, the cache does not.
@@ -220,11 +223,32 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         self._update_unfinished(trial_id, {f"system_attrs.{codec.encode_name(key)}": codec.encode_value(value)})
 
+    @contextlib.contextmanager
+    def one_write(self, trial_id: int) -> Iterator[None]:
+        """This thread's writes to the unfinished trial `trial_id` inside the block, sent as one update when it
+        ends (`tlsearch.storage._extensions.BatchedWrites`). A parameter's distribution is checked as it comes."""
+        if getattr(self._held, "trial_id", None) == trial_id:
+            yield
+            return
+        outer = getattr(self._held, "trial_id", None), getattr(self._held, "fields", None)
+        self._held.trial_id, self._held.fields = trial_id, {}
+        try:
+            yield
+        finally:
+            fields = self._held.fields
+            self._held.trial_id, self._held.fields = outer
+            if fields:
+                self._update_unfinished(trial_id, fields)
+
     def _update_unfinished(self, trial_id: int, fields: dict[str, Any]) -> None:
-        """`$set` fields of a trial, provided it is unfinished: compare-and-set on its state.
+        """`$set` fields of a trial, provided it is unfinished: compare-and-set on its state (held instead, inside
+        this thread's `one_write` block for the trial).
 
         A repeat after a lost reply rewrites the same values, so retrying is safe; the filter matching is
         what counts, as rewriting a value already there modifies nothing."""
+        if getattr(self._held, "trial_id", None) == trial_id:
+            self._held.fields.update(fields)
+            return
         update = {"$set": fields, "$inc": {codec.VERSION: 1}}
         with self._lock:
             known = self._written.get(trial_id)
