@@ -19,12 +19,12 @@ WORKER = "stored-study"  # the worker name the trials record
 
 class StoredStudy:
     """`spec`'s study on the embedded default under `home` (a journal file, the local dataset store, the host
-    cache's fold arrays), bound to its dataset and fold plan by the driver's own code; `arrays`, when given,
-    are pushed first as the dataset `spec.dataset` names."""
+    cache's fold arrays), or in `stores`, bound to its dataset and fold plan by the driver's own code; `arrays`,
+    when given, are pushed first as the dataset `spec.dataset` names."""
 
-    def __init__(self, spec, home: str | Path, arrays=None) -> None:
+    def __init__(self, spec, home: str | Path, arrays=None, stores: Stores | None = None) -> None:
         self.spec = spec
-        self.stores = Stores(home=Path(home))
+        self.stores = stores or Stores(home=Path(home))
         if arrays is not None:
             self.stores.dataset_store().push(spec.dataset, arrays)
         self.study, _ = driver._open_study(spec, self.stores, spec.name, resume=False)
@@ -47,7 +47,11 @@ class StoredStudy:
     def evaluate(self, folds: tuple[int, ...] = ()):
         """Ask a trial and evaluate it as a worker does (`evaluate_trial`); what that returns or raises. The
         trial is left running."""
-        return trial_task.evaluate_trial(self.job(self.study.ask(), folds), self.spec, WORKER)
+        return self.evaluate_asked(self.study.ask(), folds)
+
+    def evaluate_asked(self, trial: optuna.Trial, folds: tuple[int, ...] = ()):
+        """Evaluate `trial`, asked already, as a worker does; what that returns or raises."""
+        return trial_task.evaluate_trial(self.job(trial, folds), self.spec, WORKER)
 
     def trial(self) -> optuna.trial.FrozenTrial:
         """Ask a trial, evaluate it as a worker does, tell its values (or PRUNED); the trial as stored."""

@@ -310,3 +310,29 @@ def test_auto_kfold_stratifies_classes_and_plain_splits_continuous_targets():
     assert repr(AutoKFold(3)) == "AutoKFold(n_splits=3, random_state=0, shuffle=True)"
     first = [valid.tolist() for _, valid in AutoKFold(5).split(X, y)]
     assert first == [valid.tolist() for _, valid in AutoKFold(5).split(X, y)]
+
+
+def test_a_trial_stores_its_params_in_one_write_and_each_fold_in_one_the_last_with_the_summaries(
+    tmp_path, mongo_uri, mongo_db_name, mongo_client
+):
+    """Evaluated as a worker evaluates it, on MongoDB, where every write to a trial adds 1 to its `version`: a
+    3-parameter, 3-fold trial writes its parameters once, its first two folds once each (results and report),
+    and its last fold with the summaries, 4 writes in all (10, one each)."""
+    from tlsearch.stores._stores import Stores
+
+    space = lambda trial: {  # noqa: E731
+        "a": trial.suggest_float("a", 0, 1),
+        "b": trial.suggest_int("b", 0, 3),
+        "c": trial.suggest_categorical("c", ["x", "y"]),
+    }
+    spec = StudySpec(name="w", dataset="sklearn:iris", cv=3, space=space, model=CustomLoop(lambda p, fold, r: p["a"]))
+    stored = StoredStudy(spec, tmp_path, stores=Stores(mongo_uri, mongo_db_name, tmp_path))
+    trial = stored.study.ask()
+    trials = mongo_client[mongo_db_name].trials
+    version = trials.find_one({"_id": trial._trial_id}).get("version", 0)
+    stored.study.tell(trial, stored.evaluate_asked(trial))
+    assert trials.find_one({"_id": trial._trial_id})["version"] - version == 4 + 1  # + the finishing write
+    told = stored.study.trials[trial.number]
+    assert set(told.params) == {"a", "b", "c"} and told.intermediate_values.keys() == {0, 1, 2}
+    assert told.user_attrs["n_folds_run"] == 3 and told.user_attrs["mean_test_score"] == told.params["a"]
+    assert all(f"split{k}_test_score" in told.user_attrs for k in range(3))

@@ -16,6 +16,7 @@ scikit-learn. A pruned trial keeps the attributes of the folds it ran; its means
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,7 +36,7 @@ from tlsearch.data import FoldArrays, Folds
 from tlsearch.errors import FatalTrialError, NonFiniteScoreError, RetryableTrialError
 from tlsearch.models import Fold, FoldResult, FoldTrainer, SpecView, is_class_labels
 from tlsearch.seeds import derive_seed
-from tlsearch.storage._extensions import BatchedUserAttrs
+from tlsearch.storage._extensions import BatchedUserAttrs, BatchedWrites
 
 _INFRASTRUCTURE_ERRORS = {
     # the network, the study store, the cluster
@@ -203,16 +204,26 @@ def combine_folds(
     one report per fold (what `evaluate` would have reported, so pruners compare other trials against it),
     the summaries and `first_attrs`; return the mean score (one per objective)."""
     recorder = _ResultRecorder(trial, spec, first_attrs)
-    for index, result in enumerate(results):
-        recorder.add(index, result)
-        if not spec.is_multi_objective:
-            recorder.write(report=_report_value(trial, recorder, result))
-    means = recorder.summarise()
+    with one_write(trial):
+        for index, result in enumerate(results):
+            recorder.add(index, result)
+            if not spec.is_multi_objective:
+                recorder.write(report=_report_value(trial, recorder, result))
+        means = recorder.summarise()
     return means if spec.is_multi_objective else means[0]
 
 
+def one_write(trial: optuna.Trial) -> contextlib.AbstractContextManager[None]:
+    """A block whose writes to `trial` its store sends as one (`BatchedWrites`), where it can."""
+    storage = trial.storage
+    if isinstance(storage, BatchedWrites):
+        return storage.one_write(compat.trial_id(trial))
+    return contextlib.nullcontext()
+
+
 def _sample_params(trial: optuna.Trial, spec: SpecView) -> dict:
-    params = spaces.sample(trial, spec.space)
+    with one_write(trial):  # the space's parameters, stored before any fold trains
+        params = spaces.sample(trial, spec.space)
     if not isinstance(params, dict):
         raise spaces.InvalidSpaceError(
             f"space of study {spec.name!r} returned {type(params).__name__}, expected a dict of hyperparameters"
@@ -258,17 +269,19 @@ def _run_folds(
         if result.predictions is not None:
             kept[f"fold{index}_index"] = rows.validation_index
             kept[f"fold{index}_predictions"] = np.asarray(result.predictions)
+        if index == len(folds) - 1:
+            break  # the last fold's results and report are stored with the summaries, in one write
         if spec.is_multi_objective:
             recorder.write()
             continue
         recorder.write(report=_report_value(trial, recorder, result))
-        reason = prune_decision(trial, index, len(folds)) if prunable and index < len(folds) - 1 else None
+        reason = prune_decision(trial, index, len(folds)) if prunable else None
         if reason is not None:
             recorder.note({"prune_reason": reason})  # stored with the summaries: no extra write
             recorder.summarise()
             _keep_predictions(trial, artifact_store, kept)
             raise optuna.TrialPruned(describe_pruning(reason))
-    means = recorder.summarise()
+    means = recorder.summarise(report=None if spec.is_multi_objective else _report_value(trial, recorder, result))
     _keep_predictions(trial, artifact_store, kept)
     return means if spec.is_multi_objective else means[0]
 
@@ -337,8 +350,9 @@ class _ResultRecorder:
         """Take in more attributes; the next `write` or `summarise` stores them."""
         self._pending.update(attrs)
 
-    def summarise(self) -> list[float]:
-        """Store mean/std attributes over the folds run so far; return the mean test score per metric."""
+    def summarise(self, report: float | None = None) -> list[float]:
+        """Store mean/std attributes over the folds run so far (and report `report`, as `write` does); return the
+        mean test score per metric."""
         results = self._results
         attrs: dict[str, Any] = {"n_folds_run": len(results)}
         if not results:  # stopped inside its first fold
@@ -358,22 +372,23 @@ class _ResultRecorder:
             values = [getattr(result, timing) for result in results]
             attrs[f"mean_{timing}"], attrs[f"std_{timing}"] = float(np.mean(values)), float(np.std(values))
         self._pending.update(attrs)
-        self.write()
+        self.write(report)
         return means
 
     def write(self, report: float | None = None) -> None:
-        """Store the attributes taken in since the last write (in one write where the storage can: tlsearch's
-        MongoDB and journal stores; else one at a time), then report `report` at the step of the last fold
-        added through the public `trial.report`, so that `trial.should_prune()` sees it."""
+        """Store the attributes taken in since the last write, then report `report` at the step of the last fold
+        added through the public `trial.report`, so that `trial.should_prune()` sees it: one write where the
+        store can (tlsearch's MongoDB and journal stores), else one each."""
         trial, storage = self._trial, self._trial.storage
         attrs, self._pending = self._pending, {}
-        if isinstance(storage, BatchedUserAttrs):
-            storage.set_trial_user_attrs(compat.trial_id(trial), attrs)
-        else:
-            for key, value in attrs.items():
-                trial.set_user_attr(key, value)
-        if report is not None:
-            trial.report(report, len(self._results) - 1)
+        with one_write(trial):
+            if isinstance(storage, BatchedUserAttrs):
+                storage.set_trial_user_attrs(compat.trial_id(trial), attrs)
+            else:
+                for key, value in attrs.items():
+                    trial.set_user_attr(key, value)
+            if report is not None:
+                trial.report(report, len(self._results) - 1)
 
 
 def describe_failure(exc: BaseException) -> dict[str, Any]:
