@@ -12,11 +12,15 @@
    `tlsearch run STUDY --scheduler ADDR` as users start drivers: 1 and 4 drivers on one study, each its own
    process, against one plain-TCP Dask cluster of 2 worker processes whose threads are the simulated workers
    (8, 64 and 256 threads: the machine has 2 cores, so more processes would measure the operating system).
-   On the embedded default (the drivers share its journal file) and on MongoDB. Printed: trials/s from the
-   first trial's start to the last trial's finish, the engine's CPU per trial (drivers, scheduler and worker
-   processes, from their rusage, less each driver's start-up and exit, measured by one more driver that finds
-   the study done: its wall time is printed too, what a resume costs before its first trial), and whether the
-   study holds exactly the trials asked for.
+   On the embedded default (the drivers share its journal file) and on MongoDB. Each cluster first runs a
+   study of WARM_UP_TRIALS trials, not counted: a long-lived cluster's workers have imported tlsearch and
+   opened the dataset, and a long-running server has warmed up. Printed: trials/s from the first trial's
+   start to the last trial's finish; the engine's CPU per trial (the drivers, the scheduler and the cluster's
+   worker processes, from their rusage, less each driver's start-up and exit, measured by one more driver
+   that finds the study done: its wall time is printed too, what a resume costs before its first trial); the
+   bundled test server's CPU per trial (none with --mongo); store operations per trial (MongoDB commands
+   through a counting proxy in a process of its own, or journal records); and whether the study holds exactly
+   the trials asked for.
 3. **The sampler's cost per trial** at 100 / 1,000 / 10,000 finished trials: the median time of `ask` plus
    the 6 `suggest_*` calls of the search space, in memory (no store), for TPE with Optuna's defaults (what
    tlsearch uses: `TPESampler(seed=...)`), multivariate TPE, and random search; the GP sampler where PyTorch
@@ -67,6 +71,7 @@ DISTRIBUTIONS = {
     "batch_size": CategoricalDistribution([32, 64, 128, 256]),
 }
 TLSEARCH = [sys.executable, "-m", "tlsearch"]
+WARM_UP_TRIALS = 400  # table 2: trials run on each cluster before its cells are measured
 
 
 # -- 1. commands on large studies ---------------------------------------------------------------------------
@@ -209,58 +214,70 @@ _MONITORING = {b"hello", b"isMaster", b"ismaster"}  # each client's own server m
 class CommandCounter:
     """A TCP proxy in front of a MongoDB server that counts the commands its clients send (OP_MSG messages,
     less the drivers' server monitoring): the store operations of every process of a run, whatever their
-    kind. `uri` is the proxy's; `count` the commands so far; `cpu()` the CPU seconds its own threads took (it
-    runs in the benchmark's process, beside the scheduler, whose CPU is that process's less this)."""
+    kind. It runs in a process of its own, so that it takes no time from the scheduler in the benchmark's
+    process (its CPU is the benchmark's, not the engine's, and is not counted). `uri` is the proxy's;
+    `count()` the commands so far."""
 
     def __init__(self, uri: str) -> None:
+        import multiprocessing
+
         host_port = uri.split("://", 1)[1].split("/", 1)[0]
-        self._target = (host_port.rsplit(":", 1)[0], int(host_port.rsplit(":", 1)[1]))
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.uri = uri.replace(host_port, f"127.0.0.1:{self._listener.getsockname()[1]}", 1)
-        self.count = 0
-        self._lock = threading.Lock()
-        self._cpu: dict[int, float] = {}  # thread -> its CPU seconds so far
-        threading.Thread(target=self._accept, daemon=True).start()
+        target = (host_port.rsplit(":", 1)[0], int(host_port.rsplit(":", 1)[1]))
+        listener = socket.create_server(("127.0.0.1", 0))
+        self.uri = uri.replace(host_port, f"127.0.0.1:{listener.getsockname()[1]}", 1)
+        context = multiprocessing.get_context("spawn")
+        self._count = context.Value("q", 0)
+        context.Process(target=_proxy, args=(listener, target, self._count), daemon=True).start()
+        listener.close()
 
-    def _accept(self) -> None:
-        while True:
-            client, _ = self._listener.accept()
-            server = socket.create_connection(self._target)
-            threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
-            threading.Thread(target=self._replies, args=(server, client), daemon=True).start()
-
-    def _requests(self, source: socket.socket, target: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while header := _read_exactly(source, 16):
-                length, _, _, op_code = struct.unpack("<iiii", header)
-                body = _read_exactly(source, length - 16)
-                # OP_MSG: flag bits, then section 0: a BSON document whose first key is the command's name
-                if op_code == _OP_MSG and body[4] == 0 and body[10 : body.index(0, 10)] not in _MONITORING:
-                    with self._lock:
-                        self.count += 1
-                target.sendall(header + body)
-                self._cpu[threading.get_ident()] = time.thread_time()
-        target.close()
-
-    def _replies(self, source: socket.socket, target: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                target.sendall(data)
-                self._cpu[threading.get_ident()] = time.thread_time()
-        target.close()
-
-    def cpu(self) -> float:
-        return sum(self._cpu.values())
+    def count(self) -> int:
+        return self._count.value
 
 
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            return b""
-        data += chunk
-    return data
+def _proxy(listener: socket.socket, target: tuple[str, int], count) -> None:
+    while True:
+        client, _ = listener.accept()
+        server = socket.create_connection(target)
+        threading.Thread(target=_requests, args=(client, server, count), daemon=True).start()
+        threading.Thread(target=_replies, args=(server, client), daemon=True).start()
+
+
+def _requests(source: socket.socket, target: socket.socket, count) -> None:
+    """Relay the client's messages, counting the commands among them: whole messages are parsed out of large
+    reads (a message: a 16-byte header, its length first; OP_MSG: flag bits, then section 0, a BSON document
+    whose first key is the command's name)."""
+    buffer = b""
+    with contextlib.suppress(OSError):
+        while data := source.recv(1 << 16):
+            target.sendall(data)
+            buffer += data
+            commands = 0
+            while len(buffer) >= 16:
+                length, _, _, op_code = struct.unpack_from("<iiii", buffer)
+                if len(buffer) < length:
+                    break
+                if op_code == _OP_MSG and buffer[20] == 0 and buffer[26 : buffer.index(0, 26)] not in _MONITORING:
+                    commands += 1
+                buffer = buffer[length:]
+            if commands:
+                with count.get_lock():
+                    count.value += commands
+    _pass_on_the_end(target)
+
+
+def _replies(source: socket.socket, target: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(1 << 16):
+            target.sendall(data)
+    _pass_on_the_end(target)
+
+
+def _pass_on_the_end(target: socket.socket) -> None:
+    """Tell `target` its peer is done (one side closed: a client that exits, a server that drops a connection),
+    so the relay the other way ends too. Not `close()`: another thread is blocked reading the same socket, and
+    a socket closed under a blocked read sends nothing, leaving the peer waiting for a reply forever."""
+    with contextlib.suppress(OSError):
+        target.shutdown(socket.SHUT_WR)
 
 
 def journal_records(home: Path) -> int:
@@ -281,38 +298,56 @@ def dispatch_table(widths: list[int], kinds: list[str], mongo: str | None, folde
 
     print(
         f"\n2. Dispatch throughput: {n_trials} trivial trials a run, random sampling: trials/s; engine CPU a trial "
-        "(drivers + scheduler + workers); store operations a trial (MongoDB commands, or journal records); exact?"
+        "(drivers + scheduler + workers); the store server's CPU a trial (the bundled test server's); store "
+        "operations a trial (MongoDB commands, or journal records); exact?"
     )
     print(
         f"{'store':8} {'workers':>8} "
-        + " ".join(f"{f'{d} driver' + 's' * (d > 1):>50}" for d in (1, 4))
+        + " ".join(f"{f'{d} driver' + 's' * (d > 1):>58}" for d in (1, 4))
         + f" {'resume of a done study':>22}"
     )
     counter = CommandCounter(mongo) if "mongo" in kinds else None
     for kind in kinds:
         for width in widths:
-            with distributed.LocalCluster(
-                n_workers=2, threads_per_worker=width // 2, dashboard_address=None, silence_logs=40
-            ) as cluster:
+            with (
+                distributed.LocalCluster(
+                    n_workers=2, threads_per_worker=width // 2, dashboard_address=None, silence_logs=40
+                ) as cluster,
+                distributed.Client(cluster) as client,
+            ):
+                workers = list(client.run(os.getpid).values())
+                store = {"home": folder / "dispatch-home"}
+                if kind == "mongo":
+                    store.update(mongo=counter.uri, database=f"bench_dispatch_{os.getpid()}")
+                # Not counted: a long-lived cluster's workers have imported tlsearch and opened the dataset, and
+                # a long-running store has warmed up (the test server's JVM compiles its hot paths as it goes).
+                warm_up = max(4 * width, WARM_UP_TRIALS)
+                dispatch_run(f"warm-{kind}-{width}", store, cluster, workers, width, 1, warm_up, counter, folder)
                 cells, startup = [], 0.0
                 for drivers in (1, 4):
-                    store = {"home": folder / "dispatch-home"}
-                    if kind == "mongo":
-                        store.update(mongo=counter.uri, database=f"bench_dispatch_{os.getpid()}")
                     cell, startup = dispatch_run(
-                        f"dispatch-{kind}-{width}-{drivers}", store, cluster, width, drivers, n_trials, counter, folder
+                        f"dispatch-{kind}-{width}-{drivers}",
+                        store,
+                        cluster,
+                        workers,
+                        width,
+                        drivers,
+                        n_trials,
+                        counter,
+                        folder,
                     )
                     cells.append(cell)
-                print(f"{kind:8} {width:>8} " + " ".join(f"{c:>50}" for c in cells) + f" {startup:9.1f} s", flush=True)
+                print(f"{kind:8} {width:>8} " + " ".join(f"{c:>58}" for c in cells) + f" {startup:9.1f} s", flush=True)
 
 
-def dispatch_run(name, store, cluster, width, drivers, n_trials, counter, folder) -> tuple[str, float]:
-    """One cell of table 2: `drivers` drivers run a study of `n_trials` trivial trials to the end on `cluster`;
-    then one more driver finds it done (its wall time: what a resume costs before its first trial; its CPU:
-    each driver's own start-up and exit, taken off the drivers' CPU)."""
+def dispatch_run(name, store, cluster, worker_pids, width, drivers, n_trials, counter, folder) -> tuple[str, float]:
+    """One cell of table 2: `drivers` drivers run a study of `n_trials` trivial trials to the end on `cluster`
+    (whose worker processes are `worker_pids`); then one more driver finds it done (its wall time: what a resume
+    costs before its first trial; its CPU: each driver's own start-up and exit, taken off the drivers' CPU)."""
     import psutil
 
-    workers = [psutil.Process(p.pid) for p in psutil.Process().children(recursive=True)]
+    workers = [psutil.Process(pid) for pid in worker_pids]
+    servers = [p for p in psutil.Process().children() if p.name() == "java"] if "mongo" in store else []
     study_file = folder / f"{name}.py"
     study_file.write_text(TRIVIAL_STUDY.format(name=name, n_trials=n_trials))
     store_args = [arg for key, value in store.items() for arg in (f"--{key}", str(value))]
@@ -320,18 +355,27 @@ def dispatch_run(name, store, cluster, width, drivers, n_trials, counter, folder
     command += ["--parallelism", str(width), "--no-report", "--progress", "off", *store_args]
     env = {**os.environ, "NO_COLOR": "1"}
 
-    def cpu_and_operations() -> tuple[float, float, float, int]:
-        proxy = counter.cpu() if counter else 0.0
-        worker_cpu = sum(w.cpu_times().user + w.cpu_times().system for w in workers)
-        operations = counter.count if "mongo" in store else journal_records(store["home"])
-        return cpu_seconds(resource.RUSAGE_CHILDREN), cpu_seconds(resource.RUSAGE_SELF) - proxy, worker_cpu, operations
+    def process_cpu(processes) -> float:
+        return sum(sum(p.cpu_times()[:2]) for p in processes)
+
+    def cpu_and_operations() -> tuple[float, float, float, float, int]:
+        operations = counter.count() if "mongo" in store else journal_records(store["home"])
+        return (
+            cpu_seconds(resource.RUSAGE_CHILDREN),
+            cpu_seconds(resource.RUSAGE_SELF),
+            process_cpu(workers),
+            process_cpu(servers),
+            operations,
+        )
 
     before = cpu_and_operations()
     processes = [
         subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(drivers)
     ]
     failed = [p.stderr.read().decode()[-300:] for p in processes if p.wait()]
-    driver_cpu, scheduler_cpu, worker_cpu, operations = (b - a for a, b in zip(before, cpu_and_operations()))
+    driver_cpu, scheduler_cpu, worker_cpu, server_cpu, operations = (
+        b - a for a, b in zip(before, cpu_and_operations())
+    )
     idle, idle_started = cpu_seconds(resource.RUSAGE_CHILDREN), time.perf_counter()
     subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     startup = time.perf_counter() - idle_started
@@ -344,7 +388,8 @@ def dispatch_run(name, store, cluster, width, drivers, n_trials, counter, folder
         print(f"    {name}: a driver failed: {failed[0]}")
     ms = [1000 * cpu / len(done) for cpu in (driver_cpu, scheduler_cpu, worker_cpu)]
     cpu = f"{sum(ms):5.1f} ms ({ms[0]:.0f}+{ms[1]:.0f}+{ms[2]:.0f})"
-    return f"{len(done) / span:6.1f}/s {cpu:>20} {operations / len(done):5.1f} ops {exact:>9}", startup
+    server = f"{1000 * server_cpu / len(done):4.1f} ms" if servers else "   – ms"
+    return f"{len(done) / span:6.1f}/s {cpu:>20} {server} {operations / len(done):5.1f} ops {exact:>9}", startup
 
 
 # -- 3. the sampler's cost per trial --------------------------------------------------------------------------
