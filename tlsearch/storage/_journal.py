@@ -74,31 +74,27 @@ class JournalStorage(optuna.storages.JournalStorage):
     def set_trial_param(
         self, trial_id: int, param_name: str, param_value_internal: float, distribution: BaseDistribution
     ) -> None:
-        if not self._holds(trial_id):
-            super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
-            return
-        self._held.logs.append(
-            {
-                "op_code": JournalOperation.SET_TRIAL_PARAM,
-                "trial_id": trial_id,
-                "param_name": param_name,
-                "param_value_internal": param_value_internal,
-                "distribution": distribution_to_json(distribution),
-            }
+        held = self._hold(
+            trial_id,
+            "SET_TRIAL_PARAM",
+            param_name=param_name,
+            param_value_internal=param_value_internal,
+            distribution=distribution_to_json(distribution),
         )
+        if not held:
+            super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
 
     def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
-        if not self._holds(trial_id):
+        if not self._hold(trial_id, "SET_TRIAL_INTERMEDIATE_VALUE", step=step, intermediate_value=intermediate_value):
             super().set_trial_intermediate_value(trial_id, step, intermediate_value)
-            return
-        self._held.logs.append(
-            {
-                "op_code": JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE,
-                "trial_id": trial_id,
-                "step": step,
-                "intermediate_value": intermediate_value,
-            }
-        )
+
+    def _hold(self, trial_id: int, operation: str, **fields: Any) -> bool:
+        """Keep the journal operation `operation` (a `JournalOperation` name) for the end of this thread's
+        one_write block, if the block is `trial_id`'s; whether it was kept."""
+        if not self._holds(trial_id):
+            return False
+        self._held.logs.append({"op_code": getattr(JournalOperation, operation), "trial_id": trial_id, **fields})
+        return True
 
     def _holds(self, trial_id: int) -> bool:
         """Whether this thread is inside a one_write block for `trial_id` (never where Optuna cannot batch)."""
