@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+import warnings
 
 import numpy as np
 from ConfigSpace import Categorical, ConfigurationSpace, Float
@@ -69,6 +70,8 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--folds", type=int, default=300, help="budget in folds (SMAC trials)")
     args = parser.parse_args()
+    # smac's random forest calls scikit-learn's `delayed` outside its `Parallel`: one warning per tree, millions a run
+    warnings.filterwarnings("ignore", message=".*sklearn.utils.parallel.delayed")
     started = time.monotonic()
     regrets = [regret(seed, args.folds) for seed in range(args.first_seed, args.first_seed + args.seeds)]
     print(f"SMAC3 intensifier, {args.folds} folds, {args.seeds} seed(s): regret {np.mean(regrets):.4f}")
