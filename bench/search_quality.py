@@ -18,7 +18,7 @@ Strategies: no pruning; MedianPruner on the running mean; SuccessiveHalvingPrune
 folds as the resource; WilcoxonPruner (each fold's score); the KFoldPruner of commit 014f684 (old, read from
 git; left out with a note where git or the commit is missing); tlsearch's default KFoldPruner (new); and for
 studies trained in epochs, KFoldPruner(epochs=EpochPruning()) (+epochs: successive halving on epochs inside
-the first fold, then the fold rule) and, on the MLP, KerasTuner's Hyperband (same space via the study's own
+the first fold, then the fold rule) and, on the Keras studies, KerasTuner's Hyperband (same space via the study's own
 space function, max_epochs = the study's epochs, factor 3, trained on fold 0's training rows and scored on
 its validation rows, stopped at the same budget in epochs; its pick is then re-evaluated like the others).
 On every study, "intensify (N)" and "KFold+intensify N": no pruning or the default KFoldPruner with the
@@ -781,7 +781,7 @@ def make_study(name: str, keras_epochs: int | None = None) -> Study:
 
 
 def chosen_strategies(study: Study, name: str, wanted: list[str] | None, quick: bool) -> dict:
-    """The strategies to run on `study`: all that apply (KerasTuner on the MLP only; EXPERIMENTS only when
+    """The strategies to run on `study`: all that apply (KerasTuner on the Keras studies only; EXPERIMENTS only when
     named), or `wanted`; with --quick, only the main ones on the Keras studies. No pruning always runs: it is
     the reference."""
     if wanted is None and quick and study.build is not None:
@@ -790,7 +790,7 @@ def chosen_strategies(study: Study, name: str, wanted: list[str] | None, quick: 
         key: make
         for key, make in strategies(study.n_folds, study.epochs).items()
         if ((key in wanted if wanted else key not in EXPERIMENTS) or key == "no pruning")
-        and (make != "kerastuner" or name == "mlp")
+        and (make != "kerastuner" or study.build is not None)
     }
 
 
