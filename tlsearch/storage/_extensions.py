@@ -5,8 +5,9 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -29,6 +30,43 @@ class BatchedWrites(Protocol):
     part of the outer one; writes to other trials go straight through."""
 
     def one_write(self, trial_id: int) -> AbstractContextManager[None]: ...
+
+
+class HeldWrites:
+    """Each thread's open `one_write` block (`BatchedWrites`), for a store to implement it with: the trial the
+    block is for and the writes it holds (`writes`, in whatever container the store passed). Pickled empty."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def __reduce__(self) -> tuple[type, tuple]:
+        return HeldWrites, ()
+
+    def holds(self, trial_id: int) -> bool:
+        """Whether this thread is inside a block for `trial_id`."""
+        return getattr(self._local, "trial_id", None) == trial_id
+
+    @property
+    def writes(self) -> Any:
+        """What this thread's block holds."""
+        return self._local.writes
+
+    @contextmanager
+    def block(self, trial_id: int, writes: Any, send: Callable[[Any], None]) -> Iterator[None]:
+        """A block for `trial_id` holding `writes`, handed to `send` when it ends (even by an exception) if it
+        holds any; inside a block for the same trial, part of it instead (nothing held, nothing sent)."""
+        if self.holds(trial_id):
+            yield
+            return
+        local = self._local
+        outer = getattr(local, "trial_id", None), getattr(local, "writes", None)
+        local.trial_id, local.writes = trial_id, writes
+        try:
+            yield
+        finally:
+            local.trial_id, local.writes = outer
+            if writes:
+                send(writes)
 
 
 @runtime_checkable

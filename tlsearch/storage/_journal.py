@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import optuna
@@ -18,6 +18,7 @@ from optuna.storages.journal import BaseJournalBackend, JournalFileSymlinkLock
 from tlsearch._compat import optuna as compat
 from tlsearch._compat.optuna import BaseJournalFileLock, JournalOperation
 from tlsearch.errors import JournalDamagedError
+from tlsearch.storage._extensions import HeldWrites
 from tlsearch.storage._slots import claim_folds_in_file, claim_in_file, count_in_file, release_in_file
 
 log = logging.getLogger(__name__)
@@ -38,14 +39,7 @@ class JournalStorage(optuna.storages.JournalStorage):
         super().__init__(backend)
         self.file_path = backend.file_path
         self._batched = compat.can_batch_journal_writes(self)  # fixed by the installed Optuna: asked once
-        self._held = threading.local()  # this thread's one_write block: its trial_id and the operations held
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {name: value for name, value in super().__getstate__().items() if name != "_held"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        self._held = threading.local()
+        self._held = HeldWrites()  # this thread's one_write block: the operations it holds
 
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
         if self._batched:
@@ -54,22 +48,11 @@ class JournalStorage(optuna.storages.JournalStorage):
             for key, value in attrs.items():
                 self.set_trial_user_attr(trial_id, key, value)
 
-    @contextmanager
-    def one_write(self, trial_id: int) -> Generator[None, None, None]:
+    def one_write(self, trial_id: int) -> AbstractContextManager[None]:
         """This thread's parameters, intermediate values and user attributes of trial `trial_id` set inside the
         block, appended in one write when it ends (`tlsearch.storage._extensions.BatchedWrites`); written one by
         one where the installed Optuna cannot batch."""
-        if not self._batched or getattr(self._held, "trial_id", None) == trial_id:
-            yield
-            return
-        outer = getattr(self._held, "trial_id", None), getattr(self._held, "logs", None)
-        self._held.trial_id, self._held.logs = trial_id, []
-        try:
-            yield
-        finally:
-            logs = self._held.logs
-            self._held.trial_id, self._held.logs = outer
-            self._append(logs)
+        return self._held.block(trial_id, [], self._append) if self._batched else nullcontext()
 
     def set_trial_param(
         self, trial_id: int, param_name: str, param_value_internal: float, distribution: BaseDistribution
@@ -91,14 +74,10 @@ class JournalStorage(optuna.storages.JournalStorage):
     def _hold(self, trial_id: int, operation: str, **fields: Any) -> bool:
         """Keep the journal operation `operation` (a `JournalOperation` name) for the end of this thread's
         one_write block, if the block is `trial_id`'s; whether it was kept."""
-        if not self._holds(trial_id):
+        if not self._held.holds(trial_id):
             return False
-        self._held.logs.append({"op_code": getattr(JournalOperation, operation), "trial_id": trial_id, **fields})
+        self._held.writes.append({"op_code": getattr(JournalOperation, operation), "trial_id": trial_id, **fields})
         return True
-
-    def _holds(self, trial_id: int) -> bool:
-        """Whether this thread is inside a one_write block for `trial_id` (never where Optuna cannot batch)."""
-        return getattr(self._held, "trial_id", None) == trial_id
 
     def claim_trial_slot(self, study_id: int, limit: int, claimed: Callable[[], int]) -> int | None:
         return claim_in_file(self._slot_counter_path(study_id), limit, claimed)
@@ -133,8 +112,8 @@ class JournalStorage(optuna.storages.JournalStorage):
     def _append(self, logs: list[dict[str, Any]]) -> None:
         if not logs:
             return
-        if self._holds(logs[0]["trial_id"]):
-            self._held.logs.extend(logs)
+        if self._held.holds(logs[0]["trial_id"]):
+            self._held.writes.extend(logs)
             return
         try:
             # Replaying them raises if the trial is finished or missing, or a parameter's distribution clashes.

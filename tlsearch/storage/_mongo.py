@@ -17,13 +17,14 @@ in between, within a second) share one refresh. Every write is sent before its c
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
+import functools
 import itertools
 import threading
 import time
-from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -41,7 +42,7 @@ from tlsearch._compat.optuna import BaseHeartbeat
 from tlsearch._renamed import renamed_keywords
 from tlsearch.storage import _codec as codec
 from tlsearch.storage._cache import StudyCache
-from tlsearch.storage._extensions import TrialsSummary
+from tlsearch.storage._extensions import HeldWrites, TrialsSummary
 from tlsearch.storage._mongo_connection import Collections
 from tlsearch.storage._mongo_studies import MongoStudies
 
@@ -102,7 +103,7 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
         self._just_written = threading.local()  # see _remember_written
         self._step = threading.local()  # see get_all_trials
         self._written: dict[int, dict[str, Any]] = {}  # see _remember_written (lock held)
-        self._held = threading.local()  # this thread's one_write block: its trial_id and the fields held
+        self._held = HeldWrites()  # this thread's one_write block: the fields it holds
         self._tickets = itertools.count()  # one number per command this process sends (see get_all_trials)
 
     # Pickling: the settings travel with the URI, the cache does not.
@@ -223,22 +224,10 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         self._update_unfinished(trial_id, {f"system_attrs.{codec.encode_name(key)}": codec.encode_value(value)})
 
-    @contextlib.contextmanager
-    def one_write(self, trial_id: int) -> Iterator[None]:
+    def one_write(self, trial_id: int) -> AbstractContextManager[None]:
         """This thread's writes to the unfinished trial `trial_id` inside the block, sent as one update when it
         ends (`tlsearch.storage._extensions.BatchedWrites`). A parameter's distribution is checked as it comes."""
-        if getattr(self._held, "trial_id", None) == trial_id:
-            yield
-            return
-        outer = getattr(self._held, "trial_id", None), getattr(self._held, "fields", None)
-        self._held.trial_id, self._held.fields = trial_id, {}
-        try:
-            yield
-        finally:
-            fields = self._held.fields
-            self._held.trial_id, self._held.fields = outer
-            if fields:
-                self._update_unfinished(trial_id, fields)
+        return self._held.block(trial_id, {}, functools.partial(self._update_unfinished, trial_id))
 
     def _update_unfinished(self, trial_id: int, fields: dict[str, Any]) -> None:
         """`$set` fields of a trial, provided it is unfinished: compare-and-set on its state (held instead, inside
@@ -246,8 +235,8 @@ class MongoStorage(MongoStudies, BaseStorage, BaseHeartbeat):
 
         A repeat after a lost reply rewrites the same values, so retrying is safe; the filter matching is
         what counts, as rewriting a value already there modifies nothing."""
-        if getattr(self._held, "trial_id", None) == trial_id:
-            self._held.fields.update(fields)
+        if self._held.holds(trial_id):
+            self._held.writes.update(fields)
             return
         update = {"$set": fields, "$inc": {codec.VERSION: 1}}
         with self._lock:
